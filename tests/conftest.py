@@ -1,0 +1,43 @@
+"""Shared set-up: float64 on, and compiled kernels shared by every test (JIT time dominates)."""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import pathlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+import tritri_jax as tt  # noqa: E402
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "isir-misc"
+
+
+class Compiled:
+    """Jitted kernels, compiled once per dtype and shape for the whole session."""
+
+    interval = jax.jit(tt.interval)
+    intersects = jax.jit(tt.intersects)
+    pair_energy = jax.jit(tt.pair_energy)
+    crossing_length = jax.jit(tt.crossing_length)
+    energy_grad = jax.jit(jax.value_and_grad(tt.pair_energy, argnums=(0, 1)))
+    gauss_newton = jax.jit(lambda u, v: tt.pair_energy_grad_hessian(u, v, hessian="gauss_newton"))
+    exact = jax.jit(lambda u, v: tt.pair_energy_grad_hessian(u, v, hessian="exact"))
+    factor = jax.jit(tt.gauss_newton_factor)
+    length_grad = jax.jit(jax.grad(tt.crossing_length, argnums=(0, 1)))
+
+
+@pytest.fixture(scope="session")
+def compiled():
+    return Compiled
+
+
+@pytest.fixture(scope="session")
+def benchmark_dir():
+    if not BENCHMARKS.is_dir():
+        pytest.skip(f"benchmark meshes not found at {BENCHMARKS}")
+    return BENCHMARKS

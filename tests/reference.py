@@ -1,0 +1,166 @@
+"""Independent references: exact rational arithmetic and brute force.
+
+Nothing here imports tritri_jax. Triangles are converted to ``fractions.Fraction`` from the exact
+binary value of each float, so every sign and comparison below is exact.
+"""
+
+import itertools
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+
+def _fr(tri):
+    return [[Fraction(float(c)) for c in row] for row in np.asarray(tri, dtype=np.float64)]
+
+
+def _sub(a, b):
+    return [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+
+
+def _add(a, b):
+    return [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+
+
+def _mul(a, s):
+    return [a[0] * s, a[1] * s, a[2] * s]
+
+
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def _cross(a, b):
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
+def _normal(tri):
+    return _cross(_sub(tri[1], tri[0]), _sub(tri[2], tri[0]))
+
+
+class Classification(NamedTuple):
+    kind: str  # degenerate | coplanar_overlap | coplanar_apart | apart | crossing | touching
+    crosses: bool
+    valid: bool  # both triangles strictly cross the other's plane
+    tc0: float
+    tc1: float
+    ta: tuple
+    tb: tuple
+    margin: float  # a length: how far (roughly) the pair is from changing its classification
+    extent: float  # half the largest side of the pair's bounding box
+    magnitude: float  # largest absolute coordinate
+
+
+def _segment(tri, dist):
+    """End points (exact) where a triangle with opposite-signed distances crosses the plane."""
+    points = []
+    for i, j in ((0, 1), (1, 2), (2, 0)):
+        if dist[i] == 0:
+            points.append(tri[i])
+        if (dist[i] > 0 and dist[j] < 0) or (dist[i] < 0 and dist[j] > 0):
+            w = dist[i] / (dist[i] - dist[j])
+            points.append(_add(tri[i], _mul(_sub(tri[j], tri[i]), w)))
+    assert len(points) == 2, points
+    return points
+
+
+def _coplanar(u, v, normal):
+    axis = max(range(3), key=lambda k: abs(normal[k]))
+    keep = [k for k in range(3) if k != axis]
+    u2 = [[p[keep[0]], p[keep[1]]] for p in u]
+    v2 = [[p[keep[0]], p[keep[1]]] for p in v]
+    overlaps, gaps = [], []
+    for tri in (u2, v2):
+        for i in range(3):
+            a, b = tri[i], tri[(i + 1) % 3]
+            axis_vec = [a[1] - b[1], b[0] - a[0]]
+            length = math.sqrt(float(axis_vec[0] ** 2 + axis_vec[1] ** 2))
+            pu = [p[0] * axis_vec[0] + p[1] * axis_vec[1] for p in u2]
+            pv = [p[0] * axis_vec[0] + p[1] * axis_vec[1] for p in v2]
+            amount = min(max(pu) - min(pv), max(pv) - min(pu))
+            (overlaps if amount > 0 else gaps).append(abs(float(amount)) / length)
+    if gaps:
+        return False, max(gaps)
+    return True, min(overlaps)
+
+
+def _height(tri):
+    """Smallest altitude of a triangle: 2 * area / longest edge (0 for a degenerate one)."""
+    n = _normal(tri)
+    area2 = math.sqrt(float(_dot(n, n)))
+    longest = max(math.sqrt(float(_dot(e, e))) for e in (_sub(tri[1], tri[0]), _sub(tri[2], tri[1]), _sub(tri[0], tri[2])))
+    return area2 / longest if longest > 0 else 0.0
+
+
+def classify(u, v) -> Classification:
+    """Exact Möller classification of a triangle pair, with a robustness margin."""
+    uf, vf = np.asarray(u, np.float64), np.asarray(v, np.float64)
+    both = np.concatenate([uf, vf])
+    centre = 0.5 * (both.min(0) + both.max(0))
+    extent = float(np.abs(both - centre).max())
+    magnitude = float(np.abs(both).max())
+    U, V = _fr(u), _fr(v)
+    nu, nv = _normal(U), _normal(V)
+    heights = min(_height(U), _height(V))
+    nan = float("nan")
+
+    def result(kind, crosses, margin, valid=False, tc=(nan, nan), ta=(nan, nan), tb=(nan, nan)):
+        return Classification(kind, crosses, valid, tc[0], tc[1], ta, tb, margin, extent, magnitude)
+
+    if all(c == 0 for c in nu) or all(c == 0 for c in nv):
+        return result("degenerate", False, heights)
+    shared_u = [any(U[i] == V[j] for j in range(3)) for i in range(3)]
+    shared_v = [any(V[j] == U[i] for i in range(3)) for j in range(3)]
+    dv = [_dot(nu, _sub(V[j], U[0])) for j in range(3)]
+    du = [_dot(nv, _sub(U[i], V[0])) for i in range(3)]
+    len_nu, len_nv = math.sqrt(float(_dot(nu, nu))), math.sqrt(float(_dot(nv, nv)))
+    distances = [abs(float(d)) / len_nu for d, s in zip(dv, shared_v) if not s]
+    distances += [abs(float(d)) / len_nv for d, s in zip(du, shared_u) if not s]
+    cross_n = _cross(nu, nv)
+    sine = math.sqrt(float(_dot(cross_n, cross_n))) / (len_nu * len_nv)
+    margin = min([heights, sine * extent] + distances)
+
+    if all(d == 0 for d in dv) and all(d == 0 for d in du):
+        overlap, m2 = _coplanar(U, V, nu)
+        return result("coplanar_overlap" if overlap else "coplanar_apart", overlap, min(heights, m2))
+    if not (max(dv) > 0 and min(dv) < 0 and max(du) > 0 and min(du) < 0):
+        return result("apart", False, margin)
+
+    su, sv = _segment(U, du), _segment(V, dv)
+    scale = 1.0 / math.sqrt(float(_dot(cross_n, cross_n)))
+    ta = sorted(_dot(cross_n, p) for p in su)
+    tb = sorted(_dot(cross_n, p) for p in sv)
+    tc0, tc1 = ta[0] - tb[1], ta[1] - tb[0]
+    crosses = tc0 < 0 < tc1
+    ends = [abs(float(t)) * scale for t in (tc0, tc1) if t != 0 or not any(shared_u)]
+    lengths = [float(ta[1] - ta[0]) * scale, float(tb[1] - tb[0]) * scale]
+    margin = min([margin] + ends + lengths)
+    kind = "crossing" if crosses else ("touching" if 0 in (tc0, tc1) else "apart")
+    return result(
+        kind,
+        crosses,
+        margin,
+        valid=True,
+        tc=(float(tc0) * scale, float(tc1) * scale),
+        ta=(float(ta[0]) * scale, float(ta[1]) * scale),
+        tb=(float(tb[0]) * scale, float(tb[1]) * scale),
+    )
+
+
+def is_clear(c: Classification, relative: float) -> bool:
+    """Is the pair farther from its classification's boundary than rounding can reach?"""
+    return c.margin > relative * c.extent + 4 * relative * c.magnitude * 1e-3
+
+
+def brute_force_pairs(vertices, faces, predicate):
+    """All face pairs ``i < j`` (sharing no edge) for which ``predicate(tri_i, tri_j)`` holds."""
+    faces = np.asarray(faces)
+    out = []
+    for i, j in itertools.combinations(range(len(faces)), 2):
+        if len(set(faces[i]) & set(faces[j])) >= 2:
+            continue
+        if predicate(vertices[faces[i]], vertices[faces[j]]):
+            out.append((i, j))
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
