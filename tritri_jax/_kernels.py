@@ -29,6 +29,7 @@ from ._types import Array, Bool, Float, Scalar, Triangle
 
 _COPLANAR_TOL = 32.0  # in units of eps, in the scaled frame (|coordinates| <= 1)
 _SLIVER_TOL = 32.0  # a triangle whose edge angle is below this many eps is degenerate
+_AMBIGUOUS_TOL = 256.0  # verdicts closer than this many eps (scaled frame) to flipping are "ambiguous"
 
 
 class Interval(NamedTuple):
@@ -61,12 +62,13 @@ class GaussNewtonFactor(NamedTuple):
 
 
 class _Parts(NamedTuple):
-    ta0: Array
-    ta1: Array
-    tb0: Array
-    tb1: Array
+    tc0: Array
+    tc1: Array
+    length_a: Array  # |I_a|
+    length_b: Array  # |I_b|
     valid: Array
     coplanar_overlap: Array
+    ambiguous: Array  # within rounding distance of changing the crossing verdict
 
 
 def _frame(u, v):
@@ -129,8 +131,11 @@ def _coplanar_overlap(u, v, normal):
     edges = jnp.concatenate([jnp.roll(u2, -1, axis=0) - u2, jnp.roll(v2, -1, axis=0) - v2])
     normals = jnp.stack([-edges[:, 1], edges[:, 0]], axis=1)  # (6, 2)
     pu, pv = u2 @ normals.T, v2 @ normals.T  # (3, 6)
-    separated = (pu.max(axis=0) <= pv.min(axis=0)) | (pv.max(axis=0) <= pu.min(axis=0))
-    return ~jnp.any(separated)
+    amount = jnp.minimum(pu.max(axis=0) - pv.min(axis=0), pv.max(axis=0) - pu.min(axis=0))
+    amount = amount / jnp.maximum(jnp.sqrt(jnp.sum(normals**2, axis=1)), jnp.finfo(u.dtype).tiny)
+    # An amount of exactly zero comes from shared coordinates (exact); a tiny nonzero one is rounding.
+    near = jnp.any((amount != 0) & (jnp.abs(amount) < _AMBIGUOUS_TOL * jnp.finfo(u.dtype).eps))
+    return ~jnp.any(amount <= 0), near
 
 
 def _parts(u: Triangle, v: Triangle) -> _Parts:
@@ -150,7 +155,8 @@ def _parts(u: Triangle, v: Triangle) -> _Parts:
 
     tol = _COPLANAR_TOL * eps
     coplanar = ok_u & ok_v & (jnp.max(jnp.abs(dist_u)) <= tol) & (jnp.max(jnp.abs(dist_v)) <= tol)
-    coplanar_overlap = coplanar & _coplanar_overlap(u, v, normal_u)
+    overlap_2d, near_2d = _coplanar_overlap(u, v, normal_u)
+    coplanar_overlap = coplanar & overlap_2d
 
     pu0, pu1, crosses_u = _segment(u, dist_u)
     pv0, pv1, crosses_v = _segment(v, dist_v)
@@ -158,15 +164,35 @@ def _parts(u: Triangle, v: Triangle) -> _Parts:
     valid = crosses_u & crosses_v & ok_u & ok_v & ok_d & ~coplanar
 
     points = jnp.stack([pu0, pu1, pv0, pv1])
-    t = (points - points.mean(axis=0)) @ direction
-    t = jnp.where(valid, t, 0) * scale
+    t = (points - points.mean(axis=0)) @ direction  # used only to order the end points
+    a_lo, a_hi = jnp.where(t[0] <= t[1], pu0, pu1), jnp.where(t[0] <= t[1], pu1, pu0)
+    b_lo, b_hi = jnp.where(t[2] <= t[3], pv0, pv1), jnp.where(t[2] <= t[3], pv1, pv0)
+    # Differences of points, not of t: end points that are the same vertex give exactly zero
+    # however the compiler evaluates the dot products (that is what makes shared vertices exact).
+    ends = jnp.stack([a_lo - b_hi, a_hi - b_lo, a_hi - a_lo, b_hi - b_lo]) @ direction
+    ends = jnp.where(valid, ends, 0)
+
+    # Rounding distance: a vertex almost on the other plane, interval ends almost meeting (their
+    # error grows like 1/sin(angle)), near-parallel planes, near-degenerate faces, close 2-D calls.
+    tol = _AMBIGUOUS_TOL * eps
+    sine = jnp.sqrt(jnp.sum(jnp.cross(normal_u, normal_v) ** 2))
+    dists = jnp.concatenate([dist_u, dist_v])
+    near_plane = jnp.any((dists != 0) & (jnp.abs(dists) < tol))
+    # An end that is exactly zero because the pair shares a vertex is exact, not rounding.
+    structural = same.any() & (ends[:2] == 0)
+    near_end = valid & jnp.any(~structural & (jnp.abs(ends[:2]) * sine < tol))
+    near_flat = ~coplanar & ok_u & ok_v & (sine < tol) & jnp.any(dists != 0)
+    thin = ~(_unit_normal(u, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1] & _unit_normal(v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1])
+    ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v))
+    ends = ends * scale
     return _Parts(
-        ta0=jnp.minimum(t[0], t[1]),
-        ta1=jnp.maximum(t[0], t[1]),
-        tb0=jnp.minimum(t[2], t[3]),
-        tb1=jnp.maximum(t[2], t[3]),
+        tc0=ends[0],
+        tc1=ends[1],
+        length_a=ends[2],
+        length_b=ends[3],
         valid=valid,
         coplanar_overlap=coplanar_overlap,
+        ambiguous=ambiguous,
     )
 
 
@@ -194,7 +220,7 @@ def interval(u: Triangle, v: Triangle) -> Interval:
     ```
     """
     p = _parts(u, v)
-    return Interval(tc0=p.ta0 - p.tb1, tc1=p.ta1 - p.tb0, valid=p.valid)
+    return Interval(tc0=p.tc0, tc1=p.tc1, valid=p.valid)
 
 
 def intersects(u: Triangle, v: Triangle) -> Bool[Array, ""]:
@@ -213,8 +239,13 @@ def intersects(u: Triangle, v: Triangle) -> Bool[Array, ""]:
     ```
     """
     p = _parts(u, v)
-    tc0, tc1 = p.ta0 - p.tb1, p.ta1 - p.tb0
-    return (p.valid & (tc0 < 0) & (tc1 > 0)) | p.coplanar_overlap
+    return (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap
+
+
+def classify(u: Triangle, v: Triangle):
+    """``(crossing, ambiguous)``: the float verdict of ``intersects`` and whether rounding could flip it."""
+    p = _parts(u, v)
+    return (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap, p.ambiguous
 
 
 def _widened(u, v, margin):
@@ -254,9 +285,8 @@ def crossing_length(u: Triangle, v: Triangle) -> Scalar:
     pair does not cross.
     """
     p = _parts(u, v)
-    tc0, tc1 = p.ta0 - p.tb1, p.ta1 - p.tb0
-    length = jnp.minimum(jnp.minimum(tc1, -tc0), jnp.minimum(p.ta1 - p.ta0, p.tb1 - p.tb0))
-    return jnp.where(p.valid & (tc0 < 0) & (tc1 > 0), length, 0)
+    length = jnp.minimum(jnp.minimum(p.tc1, -p.tc0), jnp.minimum(p.length_a, p.length_b))
+    return jnp.where(p.valid & (p.tc0 < 0) & (p.tc1 > 0), length, 0)
 
 
 def _flat_interval(x):

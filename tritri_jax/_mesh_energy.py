@@ -1,0 +1,316 @@
+"""Layer 3: lift the pair kernels to a mesh: gather candidate pairs, vmap, sum, scatter.
+
+The solver-facing pieces never form an 18 x 18 block: a [`PairSystem`][tritri_jax.PairSystem]
+keeps each pair's Gauss-Newton factor (a 2 x 18 orthonormal basis and a 2 x 2 PSD core), and
+[`hessian_vector_product`][tritri_jax.hessian_vector_product] applies the summed Hessian with one
+gather, two small contractions per pair and one segment sum.
+"""
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._broad_phase import CandidatePairs, candidate_pairs
+from . import _exact
+from ._kernels import classify, crossing_length, gauss_newton_factor, pair_energy
+from ._types import Array, Bool, Faces, Float, Int, Vertices
+
+_MEASURES = {"energy": pair_energy, "length": crossing_length}
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def check_mesh(vertices, faces, *, name="mesh"):
+    """Validate a mesh at a public entry point and return ``(vertices, faces)`` as JAX arrays.
+
+    Shape and dtype problems raise ``ValueError`` at trace time. Value problems (non-finite
+    coordinates, indices out of range, a face repeating a vertex) raise ``ValueError`` right away
+    on concrete input; on traced input they become an ``equinox`` runtime error. Nothing passed in
+    is modified. Empty meshes and zero-area faces are valid.
+    """
+    vertices = jnp.asarray(vertices)
+    faces = jnp.asarray(faces)
+    if vertices.ndim != 2 or vertices.shape[-1] != 3:
+        raise ValueError(f"{name}: vertices must have shape (V, 3), got {vertices.shape}")
+    if faces.ndim != 2 or faces.shape[-1] != 3:
+        if faces.size == 0:
+            faces = faces.reshape(0, 3)
+        else:
+            raise ValueError(f"{name}: faces must have shape (F, 3), got {faces.shape}")
+    if not jnp.issubdtype(vertices.dtype, jnp.floating):
+        if jnp.issubdtype(vertices.dtype, jnp.integer):
+            vertices = vertices.astype(jnp.result_type(float))
+        else:
+            raise ValueError(f"{name}: vertices must be floating point, got {vertices.dtype}")
+    if not jnp.issubdtype(faces.dtype, jnp.integer):
+        raise ValueError(f"{name}: faces must be integers, got {faces.dtype}")
+    faces = faces.astype(jnp.int32)
+    num_vertices = vertices.shape[0]
+    if isinstance(vertices, jax.core.Tracer) or isinstance(faces, jax.core.Tracer):
+        bad_value = ~jnp.all(jnp.isfinite(vertices))
+        vertices = eqx.error_if(vertices, bad_value, f"{name}: vertices contain NaN or infinite coordinates")
+        out_of_range = jnp.any((faces < 0) | (faces >= num_vertices))
+        faces = eqx.error_if(faces, out_of_range, f"{name}: face indices out of range [0, {num_vertices})")
+        repeated = jnp.any((faces[:, 0] == faces[:, 1]) | (faces[:, 1] == faces[:, 2]) | (faces[:, 0] == faces[:, 2]))
+        faces = eqx.error_if(faces, repeated, f"{name}: a face repeats a vertex")
+        return vertices, faces
+    v, f = np.asarray(vertices), np.asarray(faces)
+    if not np.all(np.isfinite(v)):
+        rows = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
+        raise ValueError(f"{name}: vertices contain NaN or infinite coordinates (first at vertex {rows[0]})")
+    if f.size and (f.min() < 0 or f.max() >= num_vertices):
+        row = int(np.flatnonzero(np.any((f < 0) | (f >= num_vertices), axis=1))[0])
+        raise ValueError(f"{name}: face {row} = {f[row].tolist()} has an index out of range [0, {num_vertices})")
+    repeated = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])
+    if np.any(repeated):
+        row = int(np.flatnonzero(repeated)[0])
+        raise ValueError(f"{name}: face {row} = {f[row].tolist()} repeats a vertex")
+    return vertices, faces
+
+
+# ----------------------------------------------------------------------------- gather / scatter
+
+
+def pair_triangles(vertices: Vertices, faces: Faces, pairs: Int[Array, "P 2"]):
+    """The two triangles of every pair: ``(u, v)``, each ``(P, 3, 3)``. Padding rows (``-1``) give face 0."""
+    safe = jnp.maximum(pairs, 0)
+    tri = vertices[faces[safe]]  # (P, 2, 3, 3)
+    return tri[:, 0], tri[:, 1]
+
+
+def pair_mask(candidates: CandidatePairs):
+    """Which of the ``capacity`` slots hold a pair."""
+    return jnp.arange(candidates.pairs.shape[0]) < jnp.minimum(candidates.count, candidates.pairs.shape[0])
+
+
+def scatter_to_vertices(values: Float[Array, "P 18"], corner_vertices: Int[Array, "P 6"], num_vertices: int):
+    """Sum per-pair 18-vectors into a ``(V, 3)`` array (a segment sum over the six corners)."""
+    return jax.ops.segment_sum(values.reshape(-1, 3), corner_vertices.reshape(-1), num_segments=num_vertices)
+
+
+def _default_capacity(num_faces):
+    return max(1024, 1 << math.ceil(math.log2(max(16 * num_faces, 1))))
+
+
+def _candidates_for(vertices, faces, capacity, skip_vertex_adjacent, cell_size):
+    """Candidates inside a (possibly traced) computation, raising on overflow."""
+    if capacity is None:
+        capacity = _default_capacity(faces.shape[0])
+    candidates = candidate_pairs(
+        jax.lax.stop_gradient(vertices),
+        faces,
+        capacity=capacity,
+        cell_size=cell_size,
+        skip_vertex_adjacent=skip_vertex_adjacent,
+    )
+    pairs = eqx.error_if(
+        candidates.pairs,
+        candidates.overflowed,
+        "broad phase overflow: more candidate pairs than `capacity`; pass a larger capacity",
+    )
+    return candidates._replace(pairs=pairs)
+
+
+# ----------------------------------------------------------------------------- energies
+
+
+def intersection_energy(
+    vertices: Vertices,
+    faces: Faces,
+    *,
+    margin=0.0,
+    measure: str = "energy",
+    capacity: int | None = None,
+    cell_size=None,
+    skip_vertex_adjacent: bool = False,
+) -> Float[Array, ""]:
+    """Sum of the pair energies of all crossing pairs of a mesh: $E = \\sum_{(i,j)} T(f_i, f_j)$.
+
+    Differentiable in ``vertices`` with ``jax.grad`` (the set of pairs is a constant of the
+    differentiation) and usable inside a user's jitted loss. The broad phase runs inside; under
+    ``jit`` its ``capacity`` (static) defaults to ``16 F`` rounded up to a power of two, and an
+    overflow raises a runtime error asking for more.
+
+    **Arguments:**
+
+    - ``vertices`` ``(V, 3)``, ``faces`` ``(F, 3)``.
+    - ``margin``: widen each pair's interval by this length (see [`pair_energy`][tritri_jax.pair_energy]).
+    - ``measure``: ``"energy"`` (the paper's $T$, Eq. 2) or ``"length"`` (the crossing-segment
+      length $\\ell$ of [`crossing_length`][tritri_jax.crossing_length]).
+    - ``capacity``, ``cell_size``, ``skip_vertex_adjacent``: broad-phase options of
+      [`candidate_pairs`][tritri_jax.candidate_pairs].
+
+    ```python
+    >>> import jax, tritri_jax as tt
+    >>> vertices, faces = tt.scenes.two_spheres(6)
+    >>> energy = tt.intersection_energy(vertices, faces)
+    >>> float(energy) > 0, jax.grad(tt.intersection_energy)(vertices, faces).shape
+    (True, (62, 3))
+
+    ```
+    """
+    if measure not in _MEASURES:
+        raise ValueError(f"measure must be one of {sorted(_MEASURES)}, got {measure!r}")
+    vertices, faces = check_mesh(vertices, faces)
+    if faces.shape[0] < 2:
+        return jnp.zeros((), vertices.dtype) + 0 * jnp.sum(vertices)
+    candidates = _candidates_for(vertices, faces, capacity, skip_vertex_adjacent, cell_size)
+    return pairs_energy(vertices, faces, candidates.pairs, pair_mask(candidates), margin=margin, measure=measure)
+
+
+def pairs_energy(vertices, faces, pairs, mask, *, margin=0.0, measure="energy"):
+    """The mesh energy over a given pair list (``pairs`` ``(P, 2)``, ``mask`` ``(P,)``)."""
+    u, v = pair_triangles(vertices, faces, pairs)
+    if measure == "energy":
+        values = jax.vmap(lambda a, b: pair_energy(a, b, margin=margin))(u, v)
+    else:
+        values = jax.vmap(_MEASURES[measure])(u, v)
+    return jnp.sum(jnp.where(mask, values, 0))
+
+
+class PairSystem(NamedTuple):
+    """Per-pair Gauss-Newton data of a mesh, for matrix-free Newton steps.
+
+    - ``energy``: the summed energy; ``gradient``: ``(V, 3)``.
+    - ``corners``: ``(P, 6)`` vertex indices of each pair's two faces.
+    - ``basis`` ``(P, 2, 18)`` and ``core`` ``(P, 2, 2)``: pair ``p``'s projected Hessian is
+      ``basis[p].T @ core[p] @ basis[p]``; inactive pairs have a zero core.
+    """
+
+    energy: Float[Array, ""]
+    gradient: Float[Array, "V 3"]
+    corners: Int[Array, "P 6"]
+    basis: Float[Array, "P 2 18"]
+    core: Float[Array, "P 2 2"]
+
+
+def pair_system(vertices: Vertices, faces: Faces, pairs, mask, *, margin=0.0) -> PairSystem:
+    """Energy, gradient and factored PSD Gauss-Newton Hessian of the mesh energy over ``pairs``."""
+    u, v = pair_triangles(vertices, faces, pairs)
+    factor = jax.vmap(lambda a, b: gauss_newton_factor(a, b, margin=margin))(u, v)
+    corners = faces[jnp.maximum(pairs, 0)].reshape(-1, 6)
+    gradient = jnp.where(mask[:, None], factor.gradient, 0)
+    core = jnp.where(mask[:, None, None], factor.core, 0)
+    return PairSystem(
+        energy=jnp.sum(jnp.where(mask, factor.energy, 0)),
+        gradient=scatter_to_vertices(gradient, corners, vertices.shape[0]),
+        corners=corners,
+        basis=factor.basis,
+        core=core,
+    )
+
+
+def hessian_vector_product(system: PairSystem, x: Float[Array, "V 3"]) -> Float[Array, "V 3"]:
+    """$\\left(\\sum_p H_p^+\\right) x$ from the factored blocks, without forming any matrix."""
+    local = x[system.corners].reshape(-1, 18)
+    y = jnp.einsum("pkn,pn->pk", system.basis, local)
+    z = jnp.einsum("pkl,pl->pk", system.core, y)
+    out = jnp.einsum("pkn,pk->pn", system.basis, z)
+    return scatter_to_vertices(out, system.corners, x.shape[0])
+
+
+# ----------------------------------------------------------------------------- detection
+
+
+class Intersections(NamedTuple):
+    """Crossing-pair flags over a fixed set of candidate slots (the jittable core of detection).
+
+    ``ambiguous`` marks the candidates within rounding distance of touching, whose float verdict
+    ``crossing`` may be wrong; ``find_intersections`` settles those with exact arithmetic.
+    """
+
+    candidates: CandidatePairs
+    crossing: Bool[Array, " capacity"]
+    ambiguous: Bool[Array, " capacity"]
+
+
+def crossing_pairs(
+    vertices, faces, *, capacity: int, cell_size=None, skip_vertex_adjacent=False, include_shared_edges=True
+) -> Intersections:
+    """Broad phase plus the float predicate (with its ambiguity flag) on every candidate; jittable."""
+    candidates = candidate_pairs(
+        vertices,
+        faces,
+        capacity=capacity,
+        cell_size=cell_size,
+        skip_vertex_adjacent=skip_vertex_adjacent,
+        include_shared_edges=include_shared_edges,
+    )
+    u, v = pair_triangles(vertices, faces, candidates.pairs)
+    crossing, ambiguous = jax.vmap(classify)(u, v)
+    mask = pair_mask(candidates)
+    return Intersections(candidates, crossing & mask, ambiguous & mask)
+
+
+_crossing_pairs_jit = jax.jit(
+    crossing_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
+)
+
+
+def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):
+    """Eager detection with automatic capacity and exact settling of ambiguous pairs.
+
+    Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
+    """
+    capacity = capacity or _default_capacity(faces.shape[0])
+    while True:
+        found = _crossing_pairs_jit(
+            vertices, faces, capacity=capacity, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent
+        )
+        if not bool(found.candidates.overflowed):
+            break
+        capacity = 1 << math.ceil(math.log2(int(found.candidates.count)))
+    pairs = np.asarray(found.candidates.pairs)
+    crossing = np.asarray(found.crossing).copy()
+    ambiguous = np.flatnonzero(np.asarray(found.ambiguous))
+    if ambiguous.size:
+        v, f = np.asarray(vertices, np.float64), np.asarray(faces)
+        for k in ambiguous:
+            i, j = pairs[k]
+            crossing[k] = _exact.decide(v[f[i]], v[f[j]], f[i], f[j])
+    return pairs[crossing].astype(np.int64), capacity
+
+
+def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent: bool = False, cell_size=None):
+    """All crossing face pairs of a mesh, as a sorted ``(K, 2)`` numpy array of ``(i, j)``, ``i < j``.
+
+    The float kernels decide every candidate pair inside ``jit`` and flag those within rounding
+    distance of touching; those few are settled on the host in exact rational arithmetic, so the
+    answer is exact for the input's binary values and agrees with libigl's
+    ``predicates::find_self_intersections``:
+
+    - pairs sharing no vertex are reported when the closed triangles meet (touching counts: a mesh
+      whose faces only touch is not intersection-free);
+    - pairs sharing one vertex are reported when one folds through the other (that vertex lies
+      exactly on both planes; meeting only at it is not an intersection);
+    - pairs sharing an edge are reported only when folded flat onto each other (coplanar overlap);
+    - zero-area faces never intersect anything.
+
+    The broad-phase capacity is chosen and grown automatically.
+
+    **Arguments:**
+
+    - ``vertices`` ``(V, 3)`` float, ``faces`` ``(F, 3)`` int (numpy or JAX arrays).
+    - ``skip_vertex_adjacent``: skip every pair that shares a vertex, as the paper does.
+    - ``cell_size``: broad-phase grid cell size (default: derived from the faces' extents).
+
+    ```python
+    >>> import tritri_jax as tt
+    >>> vertices, faces = tt.scenes.two_spheres(8)
+    >>> pairs = tt.find_intersections(vertices, faces)
+    >>> pairs.shape[1], bool((pairs[:, 0] < pairs[:, 1]).all())
+    (2, True)
+
+    ```
+    """
+    vertices, faces = check_mesh(vertices, faces)
+    if faces.shape[0] < 2:
+        return np.zeros((0, 2), np.int64)
+    pairs, _ = detect(vertices, faces, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent)
+    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+
