@@ -1,0 +1,88 @@
+"""Layer 2: the spatial hash returns exactly the AABB-overlapping, non-adjacent pairs (a superset of crossings)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tritri_jax as tt
+from tritri_jax._broad_phase import brute_force_candidates
+
+CASES = [
+    ("two_spheres", 6),
+    ("two_spheres", 10),
+    ("folded_sheet", 8),
+    ("twisted_torus", 8),
+    ("crumpled_sheet", 10),
+    ("crumpled_sheet", 16),
+]
+
+_candidates = jax.jit(
+    tt.candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
+)
+
+
+def _as_set(pairs, count):
+    pairs = np.asarray(pairs)[: int(count)]
+    return set(map(tuple, pairs.tolist()))
+
+
+def _scene(name, n):
+    return tt.scenes.SCENES[name](n) if name in tt.scenes.SCENES else tt.scenes.sphere(n)
+
+
+@pytest.mark.parametrize("name,n", CASES + [("sphere", 8)])
+@pytest.mark.parametrize("cell_scale", [None, 0.5, 3.0])
+def test_hash_grid_equals_brute_force(name, n, cell_scale):
+    vertices, faces = _scene(name, n)
+    v, f = jnp.asarray(vertices), jnp.asarray(faces)
+    cell_size = None
+    if cell_scale is not None:
+        edge = np.linalg.norm(vertices[faces[:, 0]] - vertices[faces[:, 1]], axis=1).mean()
+        cell_size = cell_scale * edge  # small cells force many "big" faces, large ones crowd cells
+    result = _candidates(v, f, capacity=1 << 15, cell_size=cell_size)
+    assert not bool(result.overflowed)
+    got = np.asarray(result.pairs)[: int(result.count)]
+    assert np.all(got[:, 0] < got[:, 1])
+    assert len(set(map(tuple, got.tolist()))) == len(got), "duplicates"
+    expected = set(map(tuple, np.asarray(brute_force_candidates(v, f)).tolist()))
+    assert set(map(tuple, got.tolist())) == expected
+    assert np.all(np.asarray(result.pairs)[int(result.count) :] == -1)
+
+
+@pytest.mark.parametrize("flags", [dict(skip_vertex_adjacent=True), dict(include_shared_edges=True)])
+def test_topology_options_match_brute_force(flags):
+    vertices, faces = tt.scenes.twisted_torus(8)
+    v, f = jnp.asarray(vertices), jnp.asarray(faces)
+    result = _candidates(v, f, capacity=1 << 15, **flags)
+    expected = set(map(tuple, np.asarray(brute_force_candidates(v, f, **flags)).tolist()))
+    assert _as_set(result.pairs, result.count) == expected
+
+
+def test_overflow_is_reported_with_the_true_count():
+    vertices, faces = tt.scenes.crumpled_sheet(10)
+    v, f = jnp.asarray(vertices), jnp.asarray(faces)
+    full = _candidates(v, f, capacity=1 << 15)
+    small = _candidates(v, f, capacity=64)
+    assert bool(small.overflowed) and not bool(full.overflowed)
+    assert int(small.count) == int(full.count) > 64
+    stored = _as_set(small.pairs, 64)
+    assert stored <= _as_set(full.pairs, full.count) and len(stored) == 64
+
+
+def test_a_huge_triangle_does_not_blow_up():
+    vertices, faces = tt.scenes.sphere(8)
+    giant = np.array([[-1e3, -1e3, 0.1], [1e3, -1e3, 0.1], [0, 1e3, 0.1]])
+    vertices = np.concatenate([vertices, giant])
+    faces = np.concatenate([faces, [[len(vertices) - 3, len(vertices) - 2, len(vertices) - 1]]])
+    v, f = jnp.asarray(vertices), jnp.asarray(faces)
+    result = _candidates(v, f, capacity=1 << 13)
+    expected = set(map(tuple, np.asarray(brute_force_candidates(v, f)).tolist()))
+    assert _as_set(result.pairs, result.count) == expected
+
+
+def test_empty_and_single_face_meshes():
+    v = jnp.zeros((3, 3))
+    for faces in (jnp.zeros((0, 3), jnp.int32), jnp.array([[0, 1, 2]])):
+        result = tt.candidate_pairs(v, faces, capacity=8)
+        assert int(result.count) == 0 and not bool(result.overflowed)
