@@ -242,6 +242,30 @@ def intersects(u: Triangle, v: Triangle) -> Bool[Array, ""]:
     return (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap
 
 
+def clearly_apart(u: Triangle, v: Triangle) -> Bool[Array, ""]:
+    """Cheap early-out: one triangle lies strictly on one side of the other's plane, beyond rounding.
+
+    Vertices coinciding with a vertex of the other triangle are ignored (they are exactly on the
+    plane), so vertex-sharing pairs are rejected too when the rest of one lies on one side.
+    """
+    eps = eps_of(u)
+    same = jnp.all(u[:, None, :] == v[None, :, :], axis=-1)
+    centre, scale = _frame(u, v)
+    u = (u - centre) / scale
+    v = (v - centre) / scale
+    tol = _AMBIGUOUS_TOL * eps
+
+    def one_side(tri, other, normal, ok, shared):
+        dist = (other - tri[0]) @ normal
+        positive = jnp.all((dist > tol) | shared)
+        negative = jnp.all((dist < -tol) | shared)
+        return ok & ~jnp.all(shared) & (positive | negative)
+
+    normal_u, ok_u = _unit_normal(u, eps)
+    normal_v, ok_v = _unit_normal(v, eps)
+    return one_side(u, v, normal_u, ok_u, same.any(axis=0)) | one_side(v, u, normal_v, ok_v, same.any(axis=1))
+
+
 def classify(u: Triangle, v: Triangle):
     """``(crossing, ambiguous)``: the float verdict of ``intersects`` and whether rounding could flip it."""
     p = _parts(u, v)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._broad_phase import CandidatePairs, candidate_pairs
 from . import _exact
-from ._kernels import classify, crossing_length, gauss_newton_factor, pair_energy
+from ._kernels import classify, clearly_apart, crossing_length, gauss_newton_factor, pair_energy
 from ._types import Array, Bool, Faces, Float, Int, Vertices
 
 _MEASURES = {"energy": pair_energy, "length": crossing_length}
@@ -250,24 +250,61 @@ def crossing_pairs(
 _crossing_pairs_jit = jax.jit(
     crossing_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
 )
+_candidates_jit = jax.jit(
+    candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
+)
+
+
+@jax.jit
+def _survivors(vertices, faces, pairs):
+    u, v = pair_triangles(vertices, faces, pairs)
+    return (pairs[:, 0] >= 0) & ~jax.vmap(clearly_apart)(u, v)
+
+
+@jax.jit
+def _classify_pairs(vertices, faces, pairs):
+    u, v = pair_triangles(vertices, faces, pairs)
+    crossing, ambiguous = jax.vmap(classify)(u, v)
+    valid = pairs[:, 0] >= 0
+    return crossing & valid, ambiguous & valid
+
+
+def _bucket(n):
+    """Pad lengths to powers of two, so repeated calls reuse a few compiled shapes."""
+    return max(1024, 1 << math.ceil(math.log2(max(n, 1))))
+
+
+def _padded(pairs, size):
+    out = np.full((size, 2), -1, np.int32)
+    out[: len(pairs)] = pairs
+    return out
 
 
 def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):
-    """Eager detection with automatic capacity and exact settling of ambiguous pairs.
+    """Eager detection: broad phase, a cheap plane-side early-out, the float kernel on the survivors,
+    and exact settling of the ambiguous ones. Capacity is grown automatically.
 
     Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
     """
     capacity = capacity or _default_capacity(faces.shape[0])
     while True:
-        found = _crossing_pairs_jit(
-            vertices, faces, capacity=capacity, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent
+        candidates = _candidates_jit(
+            vertices,
+            faces,
+            capacity=capacity,
+            cell_size=cell_size,
+            skip_vertex_adjacent=skip_vertex_adjacent,
+            include_shared_edges=True,
         )
-        if not bool(found.candidates.overflowed):
+        if not bool(candidates.overflowed):
             break
-        capacity = 1 << math.ceil(math.log2(int(found.candidates.count)))
-    pairs = np.asarray(found.candidates.pairs)
-    crossing = np.asarray(found.crossing).copy()
-    ambiguous = np.flatnonzero(np.asarray(found.ambiguous))
+        capacity = 1 << math.ceil(math.log2(int(candidates.count)))
+    count = int(candidates.count)
+    pairs = np.asarray(candidates.pairs[: _bucket(count)])
+    keep = np.asarray(_survivors(vertices, faces, jnp.asarray(pairs)))
+    pairs = pairs[keep]
+    crossing, ambiguous = (np.array(x) for x in _classify_pairs(vertices, faces, jnp.asarray(_padded(pairs, _bucket(len(pairs))))))
+    crossing, ambiguous = crossing[: len(pairs)], np.flatnonzero(ambiguous[: len(pairs)])
     if ambiguous.size:
         v, f = np.asarray(vertices, np.float64), np.asarray(faces)
         for k in ambiguous:
