@@ -90,7 +90,9 @@ def _height(tri):
     """Smallest altitude of a triangle: 2 * area / longest edge (0 for a degenerate one)."""
     n = _normal(tri)
     area2 = math.sqrt(float(_dot(n, n)))
-    longest = max(math.sqrt(float(_dot(e, e))) for e in (_sub(tri[1], tri[0]), _sub(tri[2], tri[1]), _sub(tri[0], tri[2])))
+    longest = max(
+        math.sqrt(float(_dot(e, e))) for e in (_sub(tri[1], tri[0]), _sub(tri[2], tri[1]), _sub(tri[0], tri[2]))
+    )
     return area2 / longest if longest > 0 else 0.0
 
 

@@ -91,7 +91,9 @@ def adversarial_pairs(n, seed=0):
     u[6, :, 2] = u[6, :, 0] + rng.uniform(-1, 2, (m, 1)) * (u[6, :, 1] - u[6, :, 0])
     v[6, : m // 2] = v[6, : m // 2, :1]
     # 7 slivers
-    u[7, :, 2] = u[7, :, 0] + 0.3 * (u[7, :, 1] - u[7, :, 0]) + 10.0 ** rng.integers(-17, -3, (m, 1)) * rng.normal(size=(m, 3))
+    u[7, :, 2] = (
+        u[7, :, 0] + 0.3 * (u[7, :, 1] - u[7, :, 0]) + 10.0 ** rng.integers(-17, -3, (m, 1)) * rng.normal(size=(m, 3))
+    )
     # 8 integer grid (exact on-plane vertices, touching)
     u[8] = rng.integers(-2, 3, (m, 3, 3))
     v[8] = rng.integers(-2, 3, (m, 3, 3))

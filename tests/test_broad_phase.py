@@ -17,9 +17,7 @@ CASES = [
     ("crumpled_sheet", 16),
 ]
 
-_candidates = jax.jit(
-    tt.candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
-)
+_candidates = jax.jit(tt.candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
 
 
 def _as_set(pairs, count):

@@ -28,8 +28,17 @@ def test_find_intersections_equals_libigl_on_isir_meshes(benchmark_dir, name):
     assert len(ours) == ISIR_COUNTS[name]
 
 
-@pytest.mark.parametrize("name,n", [("two_spheres", 8), ("two_spheres", 14), ("folded_sheet", 10),
-                                    ("twisted_torus", 10), ("crumpled_sheet", 14), ("sphere", 10)])
+@pytest.mark.parametrize(
+    "name,n",
+    [
+        ("two_spheres", 8),
+        ("two_spheres", 14),
+        ("folded_sheet", 10),
+        ("twisted_torus", 10),
+        ("crumpled_sheet", 14),
+        ("sphere", 10),
+    ],
+)
 def test_find_intersections_equals_libigl_on_scenes(name, n):
     vertices, faces = tt.scenes.SCENES[name](n) if name != "sphere" else tt.scenes.sphere(n)
     ours = tt.find_intersections(vertices, faces)
@@ -86,7 +95,9 @@ def test_hessian_vector_product_matches_jvp_and_is_psd(spheres):
     candidates = _candidates_for(vertices, faces, None, False, None)
     mask = pair_mask(candidates)
     system = jax.jit(tt.pair_system)(vertices, faces, candidates.pairs, mask)
-    np.testing.assert_allclose(system.gradient, jax.grad(tt.intersection_energy)(vertices, faces), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        system.gradient, jax.grad(tt.intersection_energy)(vertices, faces), rtol=1e-9, atol=1e-12
+    )
 
     # The Gauss-Newton operator: sum over pairs of J^T K+ J, checked against per-pair dense blocks.
     u, v = tt._mesh_energy.pair_triangles(vertices, faces, candidates.pairs)

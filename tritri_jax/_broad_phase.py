@@ -19,7 +19,6 @@ Built with sorts and segment operations inside ``jit``, fixed shapes throughout:
 
 from typing import NamedTuple
 
-
 import jax.numpy as jnp
 from jax import lax
 
@@ -197,6 +196,3 @@ def brute_force_candidates(vertices, faces, *, skip_vertex_adjacent=False, inclu
     most = 1 if skip_vertex_adjacent else (3 if include_shared_edges else 2)
     ok = overlap & (shared < most) & jnp.triu(jnp.ones_like(overlap), 1)
     return jnp.argwhere(ok)
-
-
-

@@ -64,10 +64,7 @@ def _segments_meet_2d(p, q, a, b):
         return min(s[0], t[0]) <= r[0] <= max(s[0], t[0]) and min(s[1], t[1]) <= r[1] <= max(s[1], t[1])
 
     return (
-        (o1 == 0 and on(p, q, a))
-        or (o2 == 0 and on(p, q, b))
-        or (o3 == 0 and on(a, b, p))
-        or (o4 == 0 and on(a, b, q))
+        (o1 == 0 and on(p, q, a)) or (o2 == 0 and on(p, q, b)) or (o3 == 0 and on(a, b, p)) or (o4 == 0 and on(a, b, q))
     )
 
 

@@ -182,7 +182,9 @@ def _parts(u: Triangle, v: Triangle) -> _Parts:
     structural = same.any() & (ends[:2] == 0)
     near_end = valid & jnp.any(~structural & (jnp.abs(ends[:2]) * sine < tol))
     near_flat = ~coplanar & ok_u & ok_v & (sine < tol) & jnp.any(dists != 0)
-    thin = ~(_unit_normal(u, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1] & _unit_normal(v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1])
+    thin = ~(
+        _unit_normal(u, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1] & _unit_normal(v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
+    )
     ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v))
     ends = ends * scale
     return _Parts(

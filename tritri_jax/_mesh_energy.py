@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._broad_phase import CandidatePairs, candidate_pairs
 from . import _exact
+from ._broad_phase import CandidatePairs, candidate_pairs
 from ._kernels import classify, clearly_apart, crossing_length, gauss_newton_factor, pair_energy
 from ._types import Array, Bool, Faces, Float, Int, Vertices
 
@@ -150,7 +150,7 @@ def intersection_energy(
     >>> vertices, faces = tt.scenes.two_spheres(6)
     >>> energy = tt.intersection_energy(vertices, faces)
     >>> float(energy) > 0, jax.grad(tt.intersection_energy)(vertices, faces).shape
-    (True, (62, 3))
+    (True, (124, 3))
 
     ```
     """
@@ -250,9 +250,7 @@ def crossing_pairs(
 _crossing_pairs_jit = jax.jit(
     crossing_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
 )
-_candidates_jit = jax.jit(
-    candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
-)
+_candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
 
 
 @jax.jit
@@ -303,7 +301,9 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
     pairs = np.asarray(candidates.pairs[: _bucket(count)])
     keep = np.asarray(_survivors(vertices, faces, jnp.asarray(pairs)))
     pairs = pairs[keep]
-    crossing, ambiguous = (np.array(x) for x in _classify_pairs(vertices, faces, jnp.asarray(_padded(pairs, _bucket(len(pairs))))))
+    crossing, ambiguous = (
+        np.array(x) for x in _classify_pairs(vertices, faces, jnp.asarray(_padded(pairs, _bucket(len(pairs)))))
+    )
     crossing, ambiguous = crossing[: len(pairs)], np.flatnonzero(ambiguous[: len(pairs)])
     if ambiguous.size:
         v, f = np.asarray(vertices, np.float64), np.asarray(faces)
@@ -350,4 +350,3 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
         return np.zeros((0, 2), np.int64)
     pairs, _ = detect(vertices, faces, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent)
     return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
-

@@ -8,7 +8,7 @@ the dtype you work in. The meshes are deterministic (the crumpled sheet takes a 
 >>> from tritri_jax import scenes
 >>> vertices, faces = scenes.two_spheres(8)
 >>> vertices.shape, faces.shape
-((84, 3), (224, 3))
+((228, 3), (448, 3))
 
 ```
 """
