@@ -20,5 +20,7 @@ from ._mesh_energy import find_intersections as find_intersections
 from ._mesh_energy import hessian_vector_product as hessian_vector_product
 from ._mesh_energy import intersection_energy as intersection_energy
 from ._mesh_energy import pair_system as pair_system
+from ._untangle import UntangleResult as UntangleResult
+from ._untangle import untangle as untangle
 
 __version__ = "0.1.0"

@@ -1,0 +1,86 @@
+"""Pairs per second of the per-pair kernels, against the naive route (jax.hessian + eigh clamp).
+
+Run: python benchmarks/pair_kernels.py [--pairs 20000] [--float32]
+Prints one table; the naive route is measured in the same run and every row is reported as a ratio to it.
+"""
+
+import argparse
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--pairs", type=int, default=20000)
+parser.add_argument("--float32", action="store_true")
+parser.add_argument("--repeats", type=int, default=5)
+args = parser.parse_args()
+jax.config.update("jax_enable_x64", not args.float32)
+
+import tritri_jax as tt  # noqa: E402
+
+dtype = jnp.float32 if args.float32 else jnp.float64
+rng = np.random.default_rng(0)
+# Crossing pairs: u in the z = 0 plane, v straddling it (so every row does the full work).
+u = rng.uniform(-1, 1, (args.pairs, 3, 3)) * [1, 1, 0.05]
+v = rng.uniform(-1, 1, (args.pairs, 3, 3)) * [0.5, 0.5, 1]
+u, v = jnp.asarray(u, dtype), jnp.asarray(v, dtype)
+
+
+def naive(a, b):
+    x = jnp.concatenate([a.ravel(), b.ravel()])
+    energy = lambda y: tt.pair_energy(y[:9].reshape(3, 3), y[9:].reshape(3, 3))  # noqa: E731
+    h = jax.hessian(energy)(x)
+    w, q = jnp.linalg.eigh(0.5 * (h + h.T))
+    return energy(x), jax.grad(energy)(x), (q * jnp.maximum(w, 0)) @ q.T
+
+
+routes = {
+    "energy": tt.pair_energy,
+    "energy + gradient": jax.value_and_grad(tt.pair_energy),
+    "Gauss-Newton factor (39 numbers)": tt.gauss_newton_factor,
+    "Gauss-Newton projected Hessian (dense)": lambda a, b: tt.pair_energy_grad_hessian(a, b),
+    "exact projected Hessian": lambda a, b: tt.pair_energy_grad_hessian(a, b, hessian="exact"),
+    "naive: jax.hessian + eigh clamp": naive,
+}
+
+
+def rate(f):
+    g = jax.jit(jax.vmap(f))
+    jax.block_until_ready(g(u, v))
+    best = float("inf")
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(g(u, v))
+        best = min(best, time.perf_counter() - start)
+    return args.pairs / best, g
+
+
+results = {name: rate(f) for name, f in routes.items()}
+baseline = results["naive: jax.hessian + eigh clamp"][0]
+
+# Floating-point operations per pair of the Gauss-Newton route, from XLA's cost model.
+flops = {}
+for name in ("Gauss-Newton factor (39 numbers)", "Gauss-Newton projected Hessian (dense)", "energy"):
+    try:
+        cost = results[name][1].lower(u, v).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        flops[name] = cost.get("flops", float("nan")) / args.pairs
+    except Exception:
+        flops[name] = float("nan")
+
+cores = os.cpu_count()
+peak = cores * 2.5e9 * (8 if args.float32 else 4) * 2  # AVX2 FMA, ~2.5 GHz: a rough upper bound
+print(f"# {args.pairs} crossing pairs, {'float32' if args.float32 else 'float64'}, {cores} CPU cores, "
+      f"jax {jax.__version__}, best of {args.repeats}")
+print(f"| route | pairs/s | ratio to naive | flops/pair (XLA) | fraction of peak |")
+print("|---|---:|---:|---:|---:|")
+for name, (r, _) in results.items():
+    f = flops.get(name, float("nan"))
+    frac = f * r / peak if np.isfinite(f) else float("nan")
+    fs = f"{f:.0f}" if np.isfinite(f) else "–"
+    fr = f"{frac:.2%}" if np.isfinite(frac) else "–"
+    print(f"| {name} | {r:,.0f} | {r / baseline:.1f}x | {fs} | {fr} |")
+print(f"\npeak assumed: {peak / 1e9:.0f} GFLOP/s ({cores} cores x 2.5 GHz x {'8' if args.float32 else '4'}-wide FMA)")
