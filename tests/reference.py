@@ -76,11 +76,13 @@ def _coplanar(u, v, normal):
         for i in range(3):
             a, b = tri[i], tri[(i + 1) % 3]
             axis_vec = [a[1] - b[1], b[0] - a[0]]
-            length = math.sqrt(float(axis_vec[0] ** 2 + axis_vec[1] ** 2))
+            length_sq = axis_vec[0] ** 2 + axis_vec[1] ** 2
             pu = [p[0] * axis_vec[0] + p[1] * axis_vec[1] for p in u2]
             pv = [p[0] * axis_vec[0] + p[1] * axis_vec[1] for p in v2]
             amount = min(max(pu) - min(pv), max(pv) - min(pu))
-            (overlaps if amount > 0 else gaps).append(abs(float(amount)) / length)
+            if length_sq == 0:
+                continue
+            (overlaps if amount > 0 else gaps).append(math.sqrt(float(amount * amount / length_sq)))
     if gaps:
         return False, max(gaps)
     return True, min(overlaps)
@@ -117,11 +119,12 @@ def classify(u, v) -> Classification:
     shared_v = [any(V[j] == U[i] for i in range(3)) for j in range(3)]
     dv = [_dot(nu, _sub(V[j], U[0])) for j in range(3)]
     du = [_dot(nv, _sub(U[i], V[0])) for i in range(3)]
-    len_nu, len_nv = math.sqrt(float(_dot(nu, nu))), math.sqrt(float(_dot(nv, nv)))
-    distances = [abs(float(d)) / len_nu for d, s in zip(dv, shared_v) if not s]
-    distances += [abs(float(d)) / len_nv for d, s in zip(du, shared_u) if not s]
+    nn_u, nn_v = _dot(nu, nu), _dot(nv, nv)
+    # Ratios in exact arithmetic before converting: squared lengths of tiny normals underflow floats.
+    distances = [math.sqrt(float(d * d / nn_u)) for d, s in zip(dv, shared_v) if not s]
+    distances += [math.sqrt(float(d * d / nn_v)) for d, s in zip(du, shared_u) if not s]
     cross_n = _cross(nu, nv)
-    sine = math.sqrt(float(_dot(cross_n, cross_n))) / (len_nu * len_nv)
+    sine = math.sqrt(float(_dot(cross_n, cross_n) / (nn_u * nn_v)))
     margin = min([heights, sine * extent] + distances)
 
     if all(d == 0 for d in dv) and all(d == 0 for d in du):
@@ -131,13 +134,17 @@ def classify(u, v) -> Classification:
         return result("apart", False, margin)
 
     su, sv = _segment(U, du), _segment(V, dv)
-    scale = 1.0 / math.sqrt(float(_dot(cross_n, cross_n)))
+    dd = _dot(cross_n, cross_n)
+
+    def length(t):  # t / |cross_n| as a float, without underflow
+        return math.copysign(math.sqrt(float(t * t / dd)), t)
+
     ta = sorted(_dot(cross_n, p) for p in su)
     tb = sorted(_dot(cross_n, p) for p in sv)
     tc0, tc1 = ta[0] - tb[1], ta[1] - tb[0]
     crosses = tc0 < 0 < tc1
-    ends = [abs(float(t)) * scale for t in (tc0, tc1) if t != 0 or not any(shared_u)]
-    lengths = [float(ta[1] - ta[0]) * scale, float(tb[1] - tb[0]) * scale]
+    ends = [abs(length(t)) for t in (tc0, tc1) if t != 0 or not any(shared_u)]
+    lengths = [length(ta[1] - ta[0]), length(tb[1] - tb[0])]
     margin = min([margin] + ends + lengths)
     kind = "crossing" if crosses else ("touching" if 0 in (tc0, tc1) else "apart")
     return result(
@@ -145,9 +152,9 @@ def classify(u, v) -> Classification:
         crosses,
         margin,
         valid=True,
-        tc=(float(tc0) * scale, float(tc1) * scale),
-        ta=(float(ta[0]) * scale, float(ta[1]) * scale),
-        tb=(float(tb[0]) * scale, float(tb[1]) * scale),
+        tc=(length(tc0), length(tc1)),
+        ta=(length(ta[0]), length(ta[1])),
+        tb=(length(tb[0]), length(tb[1])),
     )
 
 
