@@ -52,7 +52,9 @@ def peers():
         import open3d as o3d
 
         def o3d_count(v, f):
-            mesh = o3d.geometry.TriangleMesh(o3d.utility.Vector3dVector(v), o3d.utility.Vector3iVector(f.astype(np.int32)))
+            mesh = o3d.geometry.TriangleMesh(
+                o3d.utility.Vector3dVector(v), o3d.utility.Vector3iVector(f.astype(np.int32))
+            )
             return len(mesh.get_self_intersecting_triangles())
 
         found["Open3D"] = o3d_count
@@ -99,16 +101,27 @@ for name, vertices, faces in meshes:
 
     broad()
     broad_s, candidates = best(broad)
-    row = [name, f"{len(faces):,}", f"{len(pairs):,}", f"{max(first - ours, 0):.2f}", f"{ours:.3f}",
-           f"{broad_s:.3f}", f"{int(candidates.count):,}"]
+    row = [
+        name,
+        f"{len(faces):,}",
+        f"{len(pairs):,}",
+        f"{max(first - ours, 0):.2f}",
+        f"{ours:.3f}",
+        f"{broad_s:.3f}",
+        f"{int(candidates.count):,}",
+    ]
     peer_times = {}
     for peer in names:
         if peer == "Open3D" and len(faces) > 60_000:  # its test is all-pairs: quadratic
             row.append("skipped (O(F^2))")
             continue
-        peer_times[peer], count = best(lambda: available[peer](vertices, faces), repeats=1 if len(faces) > 300_000 else 2)
+        peer_times[peer], count = best(
+            lambda: available[peer](vertices, faces), repeats=1 if len(faces) > 300_000 else 2
+        )
         row.append(f"{peer_times[peer]:.3f} ({count:,})")
     ratio = f"{ours / peer_times['libigl']:.2f}x" if "libigl" in peer_times else "–"
     print("| " + " | ".join(row) + f" | {ratio} |", flush=True)
-print("\nratio = tritri_jax time / libigl time (below 1: tritri_jax is faster). Open3D counts triangles pairs "
-      "it reports; ipctk reports only whether any intersection exists (1/0).")
+print(
+    "\nratio = tritri_jax time / libigl time (below 1: tritri_jax is faster). Open3D counts triangles pairs "
+    "it reports; ipctk reports only whether any intersection exists (1/0)."
+)

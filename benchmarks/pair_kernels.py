@@ -73,9 +73,11 @@ for name in ("Gauss-Newton factor (39 numbers)", "Gauss-Newton projected Hessian
 
 cores = os.cpu_count()
 peak = cores * 2.5e9 * (8 if args.float32 else 4) * 2  # AVX2 FMA, ~2.5 GHz: a rough upper bound
-print(f"# {args.pairs} crossing pairs, {'float32' if args.float32 else 'float64'}, {cores} CPU cores, "
-      f"jax {jax.__version__}, best of {args.repeats}")
-print(f"| route | pairs/s | ratio to naive | flops/pair (XLA) | fraction of peak |")
+print(
+    f"# {args.pairs} crossing pairs, {'float32' if args.float32 else 'float64'}, {cores} CPU cores, "
+    f"jax {jax.__version__}, best of {args.repeats}"
+)
+print("| route | pairs/s | ratio to naive | flops/pair (XLA) | fraction of peak |")
 print("|---|---:|---:|---:|---:|")
 for name, (r, _) in results.items():
     f = flops.get(name, float("nan"))

@@ -10,7 +10,6 @@ import argparse
 import glob
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -67,8 +66,10 @@ for name, scene in tt.scenes.SCENES.items():
         meshes.append((f"{name}({n})", *scene(n)))
 
 print(f"# {os.cpu_count()} CPU cores, jax {jax.__version__}, float64")
-print("| mesh | triangles | pairs before | steps | time (s) | compile (s) | pairs after | max move / diag | "
-      "mean move / diag | worst edge ratio | Adam baseline: pairs after (steps) |")
+print(
+    "| mesh | triangles | pairs before | steps | time (s) | compile (s) | pairs after | max move / diag | "
+    "mean move / diag | worst edge ratio | Adam baseline: pairs after (steps) |"
+)
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, vertices, faces in meshes:
     before = len(tt.find_intersections(vertices, faces))
@@ -76,10 +77,15 @@ for name, vertices, faces in meshes:
     result = tt.untangle(vertices, faces)
     out = np.asarray(result.vertices)
     e = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
-    ratio = np.linalg.norm(out[e[:, 0]] - out[e[:, 1]], axis=1) / np.linalg.norm(vertices[e[:, 0]] - vertices[e[:, 1]], axis=1)
+    ratio = np.linalg.norm(out[e[:, 0]] - out[e[:, 1]], axis=1) / np.linalg.norm(
+        vertices[e[:, 0]] - vertices[e[:, 1]], axis=1
+    )
     worst = min(ratio.min(), 1 / ratio.max())
     adam_pairs, adam_steps = adam_baseline(vertices, faces, args.baseline_steps)
-    print(f"| {name} | {len(faces):,} | {before} | {int(result.iterations)} | {result.seconds:.2f} | "
-          f"{max(first.seconds - result.seconds, 0):.1f} | {int(result.num_intersections)} | "
-          f"{float(result.max_displacement):.3f} | {float(result.mean_displacement):.4f} | {worst:.2f} | "
-          f"{adam_pairs} ({adam_steps}) |", flush=True)
+    print(
+        f"| {name} | {len(faces):,} | {before} | {int(result.iterations)} | {result.seconds:.2f} | "
+        f"{max(first.seconds - result.seconds, 0):.1f} | {int(result.num_intersections)} | "
+        f"{float(result.max_displacement):.3f} | {float(result.mean_displacement):.4f} | {worst:.2f} | "
+        f"{adam_pairs} ({adam_steps}) |",
+        flush=True,
+    )

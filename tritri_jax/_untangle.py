@@ -75,7 +75,9 @@ def _edges(faces):
 def _laplacian(x, edges, degree):
     """Uniform graph Laplacian $L x$ (PSD): degree times x minus the sum of neighbours."""
     n = x.shape[0]
-    neighbours = jax.ops.segment_sum(x[edges[:, 1]], edges[:, 0], n) + jax.ops.segment_sum(x[edges[:, 0]], edges[:, 1], n)
+    neighbours = jax.ops.segment_sum(x[edges[:, 1]], edges[:, 0], n) + jax.ops.segment_sum(
+        x[edges[:, 0]], edges[:, 1], n
+    )
     return degree[:, None] * x - neighbours
 
 
@@ -94,7 +96,9 @@ def _length_gradient(x, faces, candidates, u, v, crossing):
     return scatter_to_vertices(g, corners, x.shape[0])
 
 
-def _phase1(x0, faces, edges, degree, h, state, *, capacity, max_steps, step_fraction, min_smoothing, patience, cg_iters):
+def _phase1(
+    x0, faces, edges, degree, h, state, *, capacity, max_steps, step_fraction, min_smoothing, patience, cg_iters
+):
     def smooth(g, lam):
         def op(y):
             return y + lam * _laplacian(y, edges, degree)
@@ -189,14 +193,30 @@ def untangle(
     capacity = capacity or max(1024, 1 << math.ceil(math.log2(16 * max(len(f_np), 1))))
     big = jnp.iinfo(jnp.int32).max
     state = _State(
-        x=x0, best_x=x0, best_count=jnp.int32(big), count=jnp.int32(-1),
-        smoothing=jnp.asarray(smoothing, x0.dtype), stall=jnp.int32(0), step=jnp.int32(0),
-        history=jnp.full((max_steps,), -1, jnp.int32), overflowed=jnp.bool_(False),
+        x=x0,
+        best_x=x0,
+        best_count=jnp.int32(big),
+        count=jnp.int32(-1),
+        smoothing=jnp.asarray(smoothing, x0.dtype),
+        stall=jnp.int32(0),
+        step=jnp.int32(0),
+        history=jnp.full((max_steps,), -1, jnp.int32),
+        overflowed=jnp.bool_(False),
     )
     while True:
         state = _phase1_jit(
-            x0, faces, edges, degree, h, state, capacity=capacity, max_steps=max_steps,
-            step_fraction=step_fraction, min_smoothing=min_smoothing, patience=patience, cg_iters=cg_iters,
+            x0,
+            faces,
+            edges,
+            degree,
+            h,
+            state,
+            capacity=capacity,
+            max_steps=max_steps,
+            step_fraction=step_fraction,
+            min_smoothing=min_smoothing,
+            patience=patience,
+            cg_iters=cg_iters,
         )
         if bool(state.overflowed):
             capacity *= 2
