@@ -12,7 +12,7 @@ Built with sorts and segment operations inside ``jit``, fixed shapes throughout:
    collisions), that cell is the one holding the lower corner of the two AABBs' overlap (so each
    overlapping pair is emitted exactly once, without a global dedup sort), the AABBs overlap, and
    the faces do not share an edge (or, in the paper's mode, any vertex).
-3. Raw pairs are enumerated in fixed-size chunks by a ``lax.while_loop`` and compacted into the
+3. Raw pairs are enumerated in fixed-size chunks by a ``lax.while_loop`` (``stream_compact``) and compacted into the
    ``capacity`` output slots. ``count`` is the true number of candidates even past ``capacity``,
    so the eager caller can retry with exactly enough room.
 """
@@ -20,6 +20,7 @@ Built with sorts and segment operations inside ``jit``, fixed shapes throughout:
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import jax
 from jax import lax
 
 from ._types import Array, Bool, Faces, Int, Vertices
@@ -174,18 +175,36 @@ def candidate_pairs(
         ok = (slot < total) & keep(fi, fj, jnp.where(in_grid, grid_ok, big_ok))
         return jnp.minimum(fi, fj), jnp.maximum(fi, fj), ok
 
+    def emit(slot):
+        first, second, ok = decode(slot)
+        return ok, jnp.stack([first, second], axis=1)
+
     chunk = min(_CHUNK, max(1024, 8 * num_faces))
+    pairs, count = stream_compact(emit, total, chunk, empty.pairs)
+    return CandidatePairs(pairs=pairs, count=count, overflowed=count > capacity)
+
+
+def stream_compact(emit, total, chunk: int, out):
+    """Run ``emit`` over slots ``0 .. total-1`` in chunks (a ``lax.while_loop``), appending the rows it
+    keeps to the buffers ``out`` (a PyTree of arrays with a common leading size, the capacity).
+
+    ``emit(slots)`` returns ``(keep, rows)`` for an ``(chunk,)`` array of slot indices (slots at or
+    past ``total`` must come back with ``keep`` false). Returns ``(out, count)``: ``count`` is the
+    number of rows kept, which may exceed the capacity; rows past it are dropped, never overwritten.
+    """
+    capacity = jax.tree_util.tree_leaves(out)[0].shape[0]
 
     def body(state):
-        start, pairs, count = state
-        first, second, ok = decode(start + jnp.arange(chunk, dtype=jnp.int32))
-        where = count + jnp.cumsum(ok) - 1
-        where = jnp.where(ok & (where < capacity), where, capacity)  # capacity: dropped by mode="drop"
-        pairs = pairs.at[where].set(jnp.stack([first, second], axis=1), mode="drop")
-        return start + chunk, pairs, count + jnp.sum(ok, dtype=jnp.int32)
+        start, out, count = state
+        keep, rows = emit(start + jnp.arange(chunk, dtype=jnp.int32))
+        where = count + jnp.cumsum(keep) - 1
+        where = jnp.where(keep & (where < capacity), where, capacity)  # capacity: dropped by mode="drop"
+        out = jax.tree_util.tree_map(lambda buffer, row: buffer.at[where].set(row, mode="drop"), out, rows)
+        return start + chunk, out, count + jnp.sum(keep, dtype=jnp.int32)
 
-    _, pairs, count = lax.while_loop(lambda s: s[0] < total, body, (jnp.zeros((), jnp.int32), empty.pairs, empty.count))
-    return CandidatePairs(pairs=pairs, count=count, overflowed=count > capacity)
+    start = (jnp.zeros((), jnp.int32), out, jnp.zeros((), jnp.int32))
+    _, out, count = lax.while_loop(lambda s: s[0] < total, body, start)
+    return out, count
 
 
 def brute_force_candidates(vertices, faces, *, skip_vertex_adjacent=False, include_shared_edges=False):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _exact
-from ._broad_phase import CandidatePairs, candidate_pairs
+from ._broad_phase import CandidatePairs, candidate_pairs, stream_compact
 from ._kernels import classify, clearly_apart, crossing_length, gauss_newton_factor, pair_energy
 from ._types import Array, Bool, Faces, Float, Int, Vertices
 
@@ -217,100 +217,86 @@ def hessian_vector_product(system: PairSystem, x: Float[Array, "V 3"]) -> Float[
 # ----------------------------------------------------------------------------- detection
 
 
-class Intersections(NamedTuple):
-    """Crossing-pair flags over a fixed set of candidate slots (the jittable core of detection).
-
-    ``ambiguous`` marks the candidates within rounding distance of touching, whose float verdict
-    ``crossing`` may be wrong; ``find_intersections`` settles those with exact arithmetic.
-    """
-
-    candidates: CandidatePairs
-    crossing: Bool[Array, " capacity"]
-    ambiguous: Bool[Array, " capacity"]
+_candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
 
 
-def crossing_pairs(
-    vertices, faces, *, capacity: int, cell_size=None, skip_vertex_adjacent=False, include_shared_edges=True
-) -> Intersections:
-    """Broad phase plus the float predicate (with its ambiguity flag) on every candidate; jittable."""
+def _detect_device(vertices, faces, *, capacity, survivor_capacity, cell_size, skip_vertex_adjacent):
+    """Broad phase, plane-side early-out and float kernel, all on the device, each stage streamed over
+    the previous stage's actual count (not its capacity). Returns the pairs the kernel calls crossing
+    or ambiguous, with both flags, and the counts that tell the caller which buffer overflowed."""
     candidates = candidate_pairs(
         vertices,
         faces,
         capacity=capacity,
         cell_size=cell_size,
         skip_vertex_adjacent=skip_vertex_adjacent,
-        include_shared_edges=include_shared_edges,
+        include_shared_edges=True,
     )
-    u, v = pair_triangles(vertices, faces, candidates.pairs)
-    crossing, ambiguous = jax.vmap(classify)(u, v)
-    mask = pair_mask(candidates)
-    return Intersections(candidates, crossing & mask, ambiguous & mask)
+    num_candidates = jnp.minimum(candidates.count, capacity)
+    chunk = 1 << 15
+
+    def survive(slot):
+        pairs = candidates.pairs[jnp.minimum(slot, capacity - 1)]
+        u, v = pair_triangles(vertices, faces, pairs)
+        return (slot < num_candidates) & ~jax.vmap(clearly_apart)(u, v), pairs
+
+    empty = jnp.full((survivor_capacity, 2), -1, jnp.int32)
+    survivors, num_survivors = stream_compact(survive, num_candidates, chunk, empty)
+    stored = jnp.minimum(num_survivors, survivor_capacity)
+
+    def judge(slot):
+        pairs = survivors[jnp.minimum(slot, survivor_capacity - 1)]
+        u, v = pair_triangles(vertices, faces, pairs)
+        crossing, ambiguous = jax.vmap(classify)(u, v)
+        return (slot < stored) & (crossing | ambiguous), (pairs, crossing, ambiguous)
+
+    flagged = (empty, jnp.zeros(survivor_capacity, bool), jnp.zeros(survivor_capacity, bool))
+    (pairs, crossing, ambiguous), num_flagged = stream_compact(judge, stored, chunk, flagged)
+    return pairs, crossing, ambiguous, num_flagged, candidates.count, num_survivors
 
 
-_crossing_pairs_jit = jax.jit(
-    crossing_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
+_detect_device_jit = jax.jit(
+    _detect_device, static_argnames=("capacity", "survivor_capacity", "skip_vertex_adjacent")
 )
-_candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
-
-
-@jax.jit
-def _survivors(vertices, faces, pairs):
-    u, v = pair_triangles(vertices, faces, pairs)
-    return (pairs[:, 0] >= 0) & ~jax.vmap(clearly_apart)(u, v)
-
-
-@jax.jit
-def _classify_pairs(vertices, faces, pairs):
-    u, v = pair_triangles(vertices, faces, pairs)
-    crossing, ambiguous = jax.vmap(classify)(u, v)
-    valid = pairs[:, 0] >= 0
-    return crossing & valid, ambiguous & valid
-
-
-def _bucket(n):
-    """Pad lengths to powers of two, so repeated calls reuse a few compiled shapes."""
-    return max(1024, 1 << math.ceil(math.log2(max(n, 1))))
-
-
-def _padded(pairs, size):
-    out = np.full((size, 2), -1, np.int32)
-    out[: len(pairs)] = pairs
-    return out
 
 
 def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):
-    """Eager detection: broad phase, a cheap plane-side early-out, the float kernel on the survivors,
-    and exact settling of the ambiguous ones. Capacity is grown automatically.
+    """Eager detection: the device pipeline of ``_detect_device`` with capacities grown on overflow,
+    then exact settling of the ambiguous pairs on the host.
 
     Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
     """
-    capacity = capacity or _default_capacity(faces.shape[0])
+    num_faces = faces.shape[0]
+    capacity = capacity or _default_capacity(num_faces)
+    survivor_capacity = _bucket(2 * num_faces)
     while True:
-        candidates = _candidates_jit(
+        pairs, crossing, ambiguous, num_flagged, num_candidates, num_survivors = _detect_device_jit(
             vertices,
             faces,
             capacity=capacity,
+            survivor_capacity=survivor_capacity,
             cell_size=cell_size,
             skip_vertex_adjacent=skip_vertex_adjacent,
-            include_shared_edges=True,
         )
-        if not bool(candidates.overflowed):
+        if int(num_candidates) > capacity:
+            capacity = _bucket(int(num_candidates))
+        elif int(num_survivors) > survivor_capacity:
+            survivor_capacity = _bucket(int(num_survivors))
+        else:
             break
-        capacity = 1 << math.ceil(math.log2(int(candidates.count)))
-    count = int(candidates.count)
-    pairs = np.asarray(candidates.pairs[: _bucket(count)])
-    keep = np.asarray(_survivors(vertices, faces, jnp.asarray(pairs)))
-    pairs = pairs[keep]
-    crossing, ambiguous = (
-        np.array(x) for x in _classify_pairs(vertices, faces, jnp.asarray(_padded(pairs, _bucket(len(pairs)))))
-    )
-    crossing, ambiguous = crossing[: len(pairs)], np.flatnonzero(ambiguous[: len(pairs)])
-    if ambiguous.size:
+    n = int(num_flagged)
+    pairs, crossing, ambiguous = np.asarray(pairs[:n]), np.array(crossing[:n]), np.asarray(ambiguous[:n])
+    if ambiguous.any():
         v, f = np.asarray(vertices, np.float64), np.asarray(faces)
-        for k in ambiguous:
+        for k in np.flatnonzero(ambiguous):
             i, j = pairs[k]
             crossing[k] = _exact.decide(v[f[i]], v[f[j]], f[i], f[j])
     return pairs[crossing].astype(np.int64), capacity
+
+
+def _bucket(n):
+    """Round sizes up to powers of two, so repeated calls reuse a few compiled shapes."""
+    return max(1024, 1 << math.ceil(math.log2(max(n, 1))))
 
 
 def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent: bool = False, cell_size=None):
