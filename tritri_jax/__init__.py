@@ -20,6 +20,8 @@ from ._mesh_energy import find_intersections as find_intersections
 from ._mesh_energy import hessian_vector_product as hessian_vector_product
 from ._mesh_energy import intersection_energy as intersection_energy
 from ._mesh_energy import pair_system as pair_system
+from ._newton import NewtonResult as NewtonResult
+from ._newton import newton_cg as newton_cg
 from ._untangle import UntangleResult as UntangleResult
 from ._untangle import untangle as untangle
 

@@ -14,13 +14,17 @@ Recipe (DESIGN.md §1, "What did reach zero"): on a mesh scaled to unit bounding
 
 It stops when the float predicate finds no crossing pair; the eager wrapper then certifies the
 result with the exact detection of ``find_intersections`` and resumes if that disagrees.
-Phase 2 (elastic relaxation) and the implicit-function VJP are not implemented yet.
+Phase 2 relaxes the result: inexact Newton-CG on elastic energy (springs, bending, a weak pull to
+the input) plus a margin energy on pairs closer than ``margin * h``, with every line-search trial
+that creates a crossing rejected, to a stationary point. There ``untangle`` is differentiable by the
+implicit function theorem (one adjoint CG solve), not by differentiating iterations.
 """
 
 import math
 import time
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,7 +33,18 @@ from jax.scipy.sparse.linalg import cg
 
 from ._broad_phase import candidate_pairs
 from ._kernels import crossing_length, intersects
-from ._mesh_energy import check_mesh, find_intersections, pair_mask, pair_triangles, scatter_to_vertices
+from ._elastic import elastic_energy, elastic_gauss_newton, laplacian, rest_shape, unique_edges
+from ._mesh_energy import (
+    check_mesh,
+    find_intersections,
+    hessian_vector_product,
+    pair_mask,
+    pair_system,
+    pair_triangles,
+    pairs_energy,
+    scatter_to_vertices,
+)
+from ._newton import conjugate_gradient, newton_cg
 from ._types import Array, Bool, Float, Int
 
 
@@ -38,10 +53,12 @@ class UntangleResult(NamedTuple):
 
     - ``vertices``: ``(V, 3)`` the untangled positions (the best state found), in the input's frame.
     - ``converged``: the exact detection finds no crossing pair in ``vertices``.
-    - ``iterations``: phase-1 steps taken.
+    - ``iterations``: phase-1 steps taken; ``relax_iterations``, ``relax_cg_iterations``: phase 2's.
     - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start.
     - ``max_displacement``, ``mean_displacement``: vertex moves relative to the bounding-box diagonal.
+    - ``worst_edge_ratio``: the smallest of (edge length / input length) and its inverse.
+    - ``relax_energy``, ``relax_gradient_norm``: phase 2's energy and max-norm gradient at the end.
     - ``seconds``: wall time of the solve (compile included on the first call of a shape).
     """
 
@@ -52,6 +69,11 @@ class UntangleResult(NamedTuple):
     history: Int[Array, " steps"]
     max_displacement: Float[Array, ""]
     mean_displacement: Float[Array, ""]
+    worst_edge_ratio: Float[Array, ""]
+    relax_iterations: Int[Array, ""]
+    relax_cg_iterations: Int[Array, ""]
+    relax_energy: Float[Array, ""]
+    relax_gradient_norm: Float[Array, ""]
     seconds: float
 
 
@@ -65,20 +87,6 @@ class _State(NamedTuple):
     step: Array
     history: Array
     overflowed: Array
-
-
-def _edges(faces):
-    e = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
-    return np.unique(np.sort(e, axis=1), axis=0).astype(np.int32)
-
-
-def _laplacian(x, edges, degree):
-    """Uniform graph Laplacian $L x$ (PSD): degree times x minus the sum of neighbours."""
-    n = x.shape[0]
-    neighbours = jax.ops.segment_sum(x[edges[:, 1]], edges[:, 0], n) + jax.ops.segment_sum(
-        x[edges[:, 0]], edges[:, 1], n
-    )
-    return degree[:, None] * x - neighbours
 
 
 def _crossings(x, faces, capacity):
@@ -101,7 +109,7 @@ def _phase1(
 ):
     def smooth(g, lam):
         def op(y):
-            return y + lam * _laplacian(y, edges, degree)
+            return y + lam * laplacian(y, edges, degree)
 
         y, _ = cg(op, g, x0=g, maxiter=cg_iters)
         y, _ = cg(op, y, x0=y, maxiter=cg_iters)
@@ -144,6 +152,73 @@ _phase1_jit = jax.jit(
 )
 
 
+class _RelaxSetup(eqx.Module):
+    faces: Array
+    edges: Array
+    capacity: int = eqx.field(static=True)
+    bending: float
+    pull: float
+    margin: float
+    margin_weight: float
+
+
+def _relax_energy(x, theta, setup, pairs, mask):
+    """Elastic energy to the rest shape ``theta`` plus the margin energy on the given pairs."""
+    rest = rest_shape(theta, setup.edges)
+    elastic = elastic_energy(x, rest, bending=setup.bending, pull=setup.pull)
+    near = pairs_energy(x, setup.faces, pairs, mask, margin=setup.margin * rest.h)
+    return elastic + setup.margin_weight * near / rest.h**4
+
+
+def _near_pairs(x, setup):
+    candidates = candidate_pairs(lax.stop_gradient(x), setup.faces, capacity=setup.capacity)
+    return candidates.pairs, pair_mask(candidates), candidates.overflowed
+
+
+def _relax(x1, theta, setup: _RelaxSetup, iters: int, polish: int, cg_iters: int):
+    """Phase 2: Gauss-Newton-CG, then exact-Hessian Newton to polish the stationary point."""
+    rest = rest_shape(theta, setup.edges)
+
+    def energy(x):
+        pairs, mask, _ = _near_pairs(x, setup)
+        return _relax_energy(x, theta, setup, pairs, mask)
+
+    def gauss_newton(x):
+        pairs, mask, _ = _near_pairs(x, setup)
+        elastic = elastic_gauss_newton(x, rest, bending=setup.bending, pull=setup.pull)
+        system = pair_system(x, setup.faces, pairs, mask, margin=setup.margin * rest.h)
+        weight = setup.margin_weight / rest.h**4
+        return lambda v: elastic(v) + weight * hessian_vector_product(system, v)
+
+    def accept(x):
+        candidates, _, _, crossing = _crossings(x, setup.faces, setup.capacity)
+        return ~jnp.any(crossing) & ~candidates.overflowed
+
+    options = dict(accept=accept, cg_iters=cg_iters, max_step=0.5 * rest.h, tol=1e-10 / rest.h, damping=1e-10)
+    first = newton_cg(energy, x1, hessian=gauss_newton, max_iters=iters, **options)
+    second = newton_cg(energy, first.x, max_iters=polish, **options)
+    return first, second
+
+
+_relax_jit = jax.jit(_relax, static_argnames=("iters", "polish", "cg_iters"))
+
+
+def _adjoint(x_star, theta, setup, cotangent, cg_iters):
+    """Implicit-function VJP: solve $H \\lambda = \\bar x$, return $-(\\partial_\\theta \\nabla_x E)^T \\lambda$."""
+    pairs, mask, _ = _near_pairs(x_star, setup)
+
+    def gradient(x, th):
+        return jax.grad(_relax_energy)(x, th, setup, pairs, mask)
+
+    _, hvp = jax.linearize(lambda x: gradient(x, theta), x_star)
+    lam, _ = conjugate_gradient(lambda v: hvp(v) + 1e-12 * v, cotangent, maxiter=cg_iters, rtol=1e-12)
+    _, vjp = jax.vjp(lambda th: gradient(x_star, th), theta)
+    return -vjp(lam)[0]
+
+
+_adjoint_jit = jax.jit(_adjoint, static_argnames=("cg_iters",))
+
+
 def untangle(
     vertices,
     faces,
@@ -154,21 +229,33 @@ def untangle(
     step_fraction: float = 0.2,
     patience: int = 10,
     cg_iters: int = 50,
+    relax: bool = True,
+    relax_iters: int = 30,
+    bending: float = 1.0,
+    pull: float = 1e-2,
+    margin: float = 0.05,
+    margin_weight: float = 10.0,
     capacity: int | None = None,
 ) -> UntangleResult:
-    """Move the vertices of a self-intersecting mesh until no two faces cross (phase 1).
+    """Make a self-intersecting mesh intersection-free: untangle (phase 1), then relax (phase 2).
 
-    Descent on the length of the intersection curve, smoothed by the mesh Laplacian, with a capped
-    step and the crossings re-detected every step (see the module docstring for the recipe). The
-    result is certified by the exact [`find_intersections`][tritri_jax.find_intersections]:
-    ``converged`` is true only when it finds no pair. Connectivity is never changed. Several meshes
-    passing through each other are one mesh with more faces.
+    Phase 1 descends on the length of the intersection curve, smoothed by the mesh Laplacian, with a
+    capped step and the crossings re-detected every step. Phase 2 restores the shape (elastic energy
+    to the input, a margin energy on near pairs) by Newton-CG while rejecting every step that would
+    create a crossing. Both phases are certified by the exact
+    [`find_intersections`][tritri_jax.find_intersections]: ``converged`` is true only when it finds no
+    pair; if the relaxed mesh failed that check, the phase-1 mesh is returned. Connectivity is never
+    changed; several meshes passing through each other are one mesh with more faces.
 
-    **Arguments:** ``vertices`` ``(V, 3)``, ``faces`` ``(F, 3)``; ``max_steps``: step budget;
-    ``smoothing``: initial $\\lambda$; ``min_smoothing``: its floor; ``step_fraction``: largest vertex
-    move per step, in mean edge lengths; ``patience``: steps without a new minimum before halving
-    $\\lambda$; ``cg_iters``: CG iterations per solve; ``capacity``: broad-phase slots (grown on
-    overflow).
+    Differentiable (eagerly, with ``jax.grad``; not under ``jit``): the VJP of ``vertices`` with
+    respect to the input vertices (which are also the rest shape) comes from the implicit function
+    theorem at phase 2's stationary point, one adjoint CG solve, not from differentiating iterations.
+
+    **Arguments:** ``vertices`` ``(V, 3)``, ``faces`` ``(F, 3)``. Phase 1: ``max_steps``,
+    ``smoothing`` (initial $\\lambda$), ``min_smoothing``, ``step_fraction`` (largest vertex move per
+    step, in mean edge lengths ``h``), ``patience``, ``cg_iters``. Phase 2: ``relax``,
+    ``relax_iters``, ``bending`` and ``pull`` weights, ``margin`` (in ``h``), ``margin_weight``.
+    ``capacity``: broad-phase slots (grown on overflow).
 
     ```python
     >>> import jax, tritri_jax as tt
@@ -181,23 +268,83 @@ def untangle(
     ```
     """
     vertices, faces = check_mesh(vertices, faces)
+    faces_np = np.asarray(faces)
+    options = dict(
+        max_steps=max_steps,
+        smoothing=smoothing,
+        min_smoothing=min_smoothing,
+        step_fraction=step_fraction,
+        patience=patience,
+        cg_iters=cg_iters,
+        relax=relax,
+        relax_iters=relax_iters,
+        bending=bending,
+        pull=pull,
+        margin=margin,
+        margin_weight=margin_weight,
+        capacity=capacity,
+    )
+    box = {}
+
+    @jax.custom_vjp
+    def solve(v):
+        box["result"], box["backward"] = _solve(np.asarray(v), faces_np, **options)
+        return jnp.asarray(box["result"].vertices, v.dtype)
+
+    def forward(v):
+        out = solve(v)
+        return out, None
+
+    def backward(_, cotangent):
+        if box["backward"] is None:
+            raise ValueError("untangle is differentiable only when phase 2 ran and converged (relax=True)")
+        return (box["backward"](cotangent).astype(cotangent.dtype),)
+
+    solve.defvjp(forward, backward)
+    out = solve(vertices)
+    return box["result"]._replace(vertices=out)
+
+
+def _solve(
+    v_np,
+    f_np,
+    *,
+    max_steps,
+    smoothing,
+    min_smoothing,
+    step_fraction,
+    patience,
+    cg_iters,
+    relax,
+    relax_iters,
+    bending,
+    pull,
+    margin,
+    margin_weight,
+    capacity,
+):
     start = time.perf_counter()
-    v_np, f_np = np.asarray(vertices, np.float64), np.asarray(faces)
-    lo, hi = v_np.min(0), v_np.max(0)
+    dtype = v_np.dtype
+    v64 = np.asarray(v_np, np.float64)
+    lo, hi = (v64.min(0), v64.max(0)) if len(v64) else (np.zeros(3), np.ones(3))
     centre, diagonal = 0.5 * (lo + hi), float(np.linalg.norm(hi - lo)) or 1.0
-    x0 = jnp.asarray((v_np - centre) / diagonal, vertices.dtype)
-    edges_np = _edges(f_np)
-    h = float(np.linalg.norm(np.diff(((v_np - centre) / diagonal)[edges_np], axis=1), axis=-1).mean())
+    theta = jnp.asarray((v64 - centre) / diagonal, dtype)
+    faces = jnp.asarray(f_np, jnp.int32)
+    edges_np = unique_edges(f_np)
     edges = jnp.asarray(edges_np)
-    degree = jax.ops.segment_sum(jnp.ones(2 * len(edges_np), x0.dtype), edges.reshape(-1), x0.shape[0])
+    h = (
+        float(np.linalg.norm(np.diff(np.asarray(theta, np.float64)[edges_np], axis=1), axis=-1).mean())
+        if len(edges_np)
+        else 1.0
+    )
+    degree = jax.ops.segment_sum(jnp.ones(2 * len(edges_np), dtype), edges.reshape(-1), theta.shape[0])
     capacity = capacity or max(1024, 1 << math.ceil(math.log2(16 * max(len(f_np), 1))))
-    big = jnp.iinfo(jnp.int32).max
     state = _State(
-        x=x0,
-        best_x=x0,
-        best_count=jnp.int32(big),
+        x=theta,
+        best_x=theta,
+        best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
         count=jnp.int32(-1),
-        smoothing=jnp.asarray(smoothing, x0.dtype),
+        smoothing=jnp.asarray(smoothing, dtype),
         stall=jnp.int32(0),
         step=jnp.int32(0),
         history=jnp.full((max_steps,), -1, jnp.int32),
@@ -205,7 +352,7 @@ def untangle(
     )
     while True:
         state = _phase1_jit(
-            x0,
+            theta,
             faces,
             edges,
             degree,
@@ -222,23 +369,55 @@ def untangle(
             capacity *= 2
             state = state._replace(overflowed=jnp.bool_(False))
             continue
-        final = state.x if int(state.count) == 0 else state.best_x
-        remaining = find_intersections(final, faces)
+        x1 = state.x if int(state.count) == 0 else state.best_x
+        remaining = find_intersections(x1, faces)
         if len(remaining) and int(state.count) == 0 and int(state.step) < max_steps:
-            # The float predicate saw none, the exact one disagrees (touching pairs): keep going.
-            state = state._replace(count=jnp.int32(-1), x=final + 0.0)
+            state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
             continue
         break
+
+    final, backward = x1, None
+    relax_stats = (0, 0, float("nan"), float("nan"))
+    if relax and len(remaining) == 0 and len(f_np) > 1:
+        setup = _RelaxSetup(faces, edges, capacity, bending, pull, margin, margin_weight)
+        first, second = _relax_jit(x1, theta, setup, relax_iters, 10, cg_iters=100)
+        relaxed = second.x
+        relax_stats = (
+            int(first.iterations) + int(second.iterations),
+            int(first.cg_iterations) + int(second.cg_iterations),
+            float(second.energy),
+            float(second.gradient_norm),
+        )
+        if len(find_intersections(relaxed, faces)) == 0:
+            final = relaxed
+
+            def backward(cotangent):
+                grad_theta = _adjoint_jit(relaxed, theta, setup, jnp.asarray(cotangent, dtype) * diagonal, cg_iters=500)
+                return grad_theta / diagonal
+
     out = np.asarray(final, np.float64) * diagonal + centre
-    move = np.linalg.norm(out - v_np, axis=1) / diagonal
+    move = np.linalg.norm(out - v64, axis=1) / diagonal
+    if len(edges_np):
+        ratio = np.linalg.norm(out[edges_np[:, 0]] - out[edges_np[:, 1]], axis=1) / np.maximum(
+            np.linalg.norm(v64[edges_np[:, 0]] - v64[edges_np[:, 1]], axis=1), 1e-300
+        )
+        worst = float(np.min(np.minimum(ratio, 1 / np.maximum(ratio, 1e-300))))
+    else:
+        worst = 1.0
     steps = int(state.step)
-    return UntangleResult(
-        vertices=jnp.asarray(out, vertices.dtype),
+    result = UntangleResult(
+        vertices=out.astype(dtype),
         converged=jnp.bool_(len(remaining) == 0),
         iterations=jnp.int32(steps),
         num_intersections=jnp.int32(len(remaining)),
         history=state.history[:steps],
         max_displacement=jnp.asarray(move.max() if len(move) else 0.0),
         mean_displacement=jnp.asarray(move.mean() if len(move) else 0.0),
+        worst_edge_ratio=jnp.asarray(worst),
+        relax_iterations=jnp.int32(relax_stats[0]),
+        relax_cg_iterations=jnp.int32(relax_stats[1]),
+        relax_energy=jnp.asarray(relax_stats[2]),
+        relax_gradient_norm=jnp.asarray(relax_stats[3]),
         seconds=time.perf_counter() - start,
     )
+    return result, backward
