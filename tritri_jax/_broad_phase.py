@@ -19,8 +19,8 @@ Built with sorts and segment operations inside ``jit``, fixed shapes throughout:
 
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from ._types import Array, Bool, Faces, Int, Vertices

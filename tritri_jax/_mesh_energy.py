@@ -17,7 +17,7 @@ import numpy as np
 from . import _exact
 from ._broad_phase import CandidatePairs, candidate_pairs, stream_compact
 from ._kernels import classify, clearly_apart, crossing_length, gauss_newton_factor, pair_energy
-from ._types import Array, Bool, Faces, Float, Int, Vertices
+from ._types import Array, Faces, Float, Int, Vertices
 
 _MEASURES = {"energy": pair_energy, "length": crossing_length}
 
@@ -255,9 +255,7 @@ def _detect_device(vertices, faces, *, capacity, survivor_capacity, cell_size, s
     return pairs, crossing, ambiguous, num_flagged, candidates.count, num_survivors
 
 
-_detect_device_jit = jax.jit(
-    _detect_device, static_argnames=("capacity", "survivor_capacity", "skip_vertex_adjacent")
-)
+_detect_device_jit = jax.jit(_detect_device, static_argnames=("capacity", "survivor_capacity", "skip_vertex_adjacent"))
 
 
 def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):

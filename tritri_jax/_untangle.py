@@ -32,8 +32,8 @@ from jax import lax
 from jax.scipy.sparse.linalg import cg
 
 from ._broad_phase import candidate_pairs
-from ._kernels import crossing_length, intersects
 from ._elastic import elastic_energy, elastic_gauss_newton, laplacian, rest_shape, unique_edges
+from ._kernels import crossing_length, intersects
 from ._mesh_energy import (
     check_mesh,
     find_intersections,
@@ -55,7 +55,8 @@ class UntangleResult(NamedTuple):
     - ``converged``: the exact detection finds no crossing pair in ``vertices``.
     - ``iterations``: phase-1 steps taken; ``relax_iterations``, ``relax_cg_iterations``: phase 2's.
     - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
-    - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start.
+    - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
+      (for ``method="paper"``: the count after each kappa round).
     - ``max_displacement``, ``mean_displacement``: vertex moves relative to the bounding-box diagonal.
     - ``worst_edge_ratio``: the smallest of (edge length / input length) and its inverse.
     - ``relax_energy``, ``relax_gradient_norm``: phase 2's energy and max-norm gradient at the end.
@@ -216,6 +217,48 @@ def _adjoint(x_star, theta, setup, cotangent, cg_iters):
     return -vjp(lam)[0]
 
 
+def _paper_route(theta, setup: _RelaxSetup, kappa, *, rounds: int, iters: int, growth: float, cg_iters: int):
+    """The paper's route: Newton on elastic + kappa * sum T, Gauss-Newton pair blocks, CG, a line
+    search that scores trial points with the pairs detected there, kappa continuation. No step is
+    rejected for creating crossings (the paper has no such rule); the step is capped at 0.5 h."""
+    rest = rest_shape(theta, setup.edges)
+
+    def counts(x):
+        return jnp.sum(_crossings(x, setup.faces, setup.capacity)[3]).astype(jnp.int32)
+
+    def one_round(carry, _):
+        x, kappa = carry
+
+        def energy(y):
+            pairs, mask, _ = _near_pairs(y, setup)
+            elastic = elastic_energy(y, rest, bending=setup.bending, pull=setup.pull)
+            return elastic + kappa * pairs_energy(y, setup.faces, pairs, mask) / rest.h**4
+
+        def gauss_newton(y):
+            pairs, mask, _ = _near_pairs(y, setup)
+            elastic = elastic_gauss_newton(y, rest, bending=setup.bending, pull=setup.pull)
+            system = pair_system(y, setup.faces, pairs, mask)
+            return lambda v: elastic(v) + kappa / rest.h**4 * hessian_vector_product(system, v)
+
+        result = newton_cg(
+            energy,
+            x,
+            hessian=gauss_newton,
+            max_iters=iters,
+            cg_iters=cg_iters,
+            max_step=0.5 * rest.h,
+            tol=1e-10 / rest.h,
+            damping=1e-10,
+        )
+        return (result.x, kappa * growth), (counts(result.x), result.iterations, result.cg_iterations)
+
+    (x, _), (history, newton, cg_total) = lax.scan(one_round, (theta, kappa), None, length=rounds)
+    return x, history, jnp.sum(newton), jnp.sum(cg_total)
+
+
+_paper_route_jit = jax.jit(_paper_route, static_argnames=("rounds", "iters", "cg_iters"))
+
+
 _adjoint_jit = jax.jit(_adjoint, static_argnames=("cg_iters",))
 
 
@@ -229,6 +272,9 @@ def untangle(
     step_fraction: float = 0.2,
     patience: int = 10,
     cg_iters: int = 50,
+    method: str = "length",
+    paper_rounds: int = 6,
+    paper_kappa: float = 1.0,
     relax: bool = True,
     relax_iters: int = 30,
     bending: float = 1.0,
@@ -253,7 +299,10 @@ def untangle(
 
     **Arguments:** ``vertices`` ``(V, 3)``, ``faces`` ``(F, 3)``. Phase 1: ``max_steps``,
     ``smoothing`` (initial $\\lambda$), ``min_smoothing``, ``step_fraction`` (largest vertex move per
-    step, in mean edge lengths ``h``), ``patience``, ``cg_iters``. Phase 2: ``relax``,
+    step, in mean edge lengths ``h``), ``patience``, ``cg_iters``. ``method="paper"`` replaces phase 1
+    by the paper's route (Newton on elastic + $\\kappa \\sum T$ with Gauss-Newton pair blocks and
+    $\\kappa$ multiplied by 10 for each of ``paper_rounds`` rounds from ``paper_kappa``); it is there to be
+    measured against the default and rarely reaches zero. Phase 2: ``relax``,
     ``relax_iters``, ``bending`` and ``pull`` weights, ``margin`` (in ``h``), ``margin_weight``.
     ``capacity``: broad-phase slots (grown on overflow).
 
@@ -276,6 +325,9 @@ def untangle(
         step_fraction=step_fraction,
         patience=patience,
         cg_iters=cg_iters,
+        method=method,
+        paper_rounds=paper_rounds,
+        paper_kappa=paper_kappa,
         relax=relax,
         relax_iters=relax_iters,
         bending=bending,
@@ -315,6 +367,9 @@ def _solve(
     step_fraction,
     patience,
     cg_iters,
+    method,
+    paper_rounds,
+    paper_kappa,
     relax,
     relax_iters,
     bending,
@@ -350,36 +405,44 @@ def _solve(
         history=jnp.full((max_steps,), -1, jnp.int32),
         overflowed=jnp.bool_(False),
     )
-    while True:
-        state = _phase1_jit(
-            theta,
-            faces,
-            edges,
-            degree,
-            h,
-            state,
-            capacity=capacity,
-            max_steps=max_steps,
-            step_fraction=step_fraction,
-            min_smoothing=min_smoothing,
-            patience=patience,
-            cg_iters=cg_iters,
+    setup = _RelaxSetup(faces, edges, capacity, bending, pull, margin, margin_weight)
+    if method == "paper":
+        x1, rounds, newton_steps, _ = _paper_route_jit(
+            theta, setup, jnp.asarray(paper_kappa, dtype), rounds=paper_rounds, iters=20, growth=10.0, cg_iters=100
         )
-        if bool(state.overflowed):
-            capacity *= 2
-            state = state._replace(overflowed=jnp.bool_(False))
-            continue
-        x1 = state.x if int(state.count) == 0 else state.best_x
         remaining = find_intersections(x1, faces)
-        if len(remaining) and int(state.count) == 0 and int(state.step) < max_steps:
-            state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
-            continue
-        break
-
+        state = state._replace(step=newton_steps, history=rounds)
+    elif method == "length":
+        while True:
+            state = _phase1_jit(
+                theta,
+                faces,
+                edges,
+                degree,
+                h,
+                state,
+                capacity=capacity,
+                max_steps=max_steps,
+                step_fraction=step_fraction,
+                min_smoothing=min_smoothing,
+                patience=patience,
+                cg_iters=cg_iters,
+            )
+            if bool(state.overflowed):
+                capacity *= 2
+                state = state._replace(overflowed=jnp.bool_(False))
+                continue
+            x1 = state.x if int(state.count) == 0 else state.best_x
+            remaining = find_intersections(x1, faces)
+            if len(remaining) and int(state.count) == 0 and int(state.step) < max_steps:
+                state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
+                continue
+            break
+    else:
+        raise ValueError(f"method must be 'length' or 'paper', got {method!r}")
     final, backward = x1, None
     relax_stats = (0, 0, float("nan"), float("nan"))
     if relax and len(remaining) == 0 and len(f_np) > 1:
-        setup = _RelaxSetup(faces, edges, capacity, bending, pull, margin, margin_weight)
         first, second = _relax_jit(x1, theta, setup, relax_iters, 10, cg_iters=100)
         relaxed = second.x
         relax_stats = (
@@ -405,12 +468,13 @@ def _solve(
     else:
         worst = 1.0
     steps = int(state.step)
+    history = state.history[:steps] if method == "length" else state.history
     result = UntangleResult(
         vertices=out.astype(dtype),
         converged=jnp.bool_(len(remaining) == 0),
         iterations=jnp.int32(steps),
         num_intersections=jnp.int32(len(remaining)),
-        history=state.history[:steps],
+        history=history,
         max_displacement=jnp.asarray(move.max() if len(move) else 0.0),
         mean_displacement=jnp.asarray(move.mean() if len(move) else 0.0),
         worst_edge_ratio=jnp.asarray(worst),
