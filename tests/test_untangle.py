@@ -15,31 +15,80 @@ def _assert_certified(result, faces):
     assert np.all(np.asarray(result.history) > 0)
 
 
-@pytest.mark.parametrize("name", ["mobius_strip", "cinquefoil_knot", "trefoil_knot"])
+@pytest.mark.parametrize(
+    "name",
+    ["mobius_strip", "cinquefoil_knot", "trefoil_knot", "figure_of_eight_knot", "pretzel", "three_twist_knot"],
+)
 def test_untangles_isir_meshes(benchmark_dir, name):
     vertices, faces = load_obj_triangulated(benchmark_dir / f"{name}.obj")
     before = vertices.copy()
-    result = tt.untangle(vertices, faces)
+    result = tt.untangle(vertices, faces, relax=False)  # phase 2 on these is measured in benchmarks/
     _assert_certified(result, faces)
     np.testing.assert_array_equal(vertices, before)  # the input is not modified
     assert float(result.max_displacement) < 0.15  # fraction of the bounding-box diagonal
 
 
-def test_untangles_two_spheres():
-    vertices, faces = tt.scenes.two_spheres(8)
-    result = tt.untangle(vertices, faces)
+@pytest.mark.parametrize("name", sorted(tt.scenes.SCENES))
+@pytest.mark.parametrize("size", [10, 16])
+def test_untangles_every_scene_at_two_sizes(name, size):
+    vertices, faces = tt.scenes.SCENES[name](size)
+    result = tt.untangle(vertices, faces, relax=False)
     _assert_certified(result, faces)
+    assert float(result.max_displacement) < 0.6  # crumpled sheets move most (0.5 of the diagonal)
+    assert float(result.worst_edge_ratio) > 0.05
 
 
 def test_clean_mesh_comes_back_unchanged():
     vertices, faces = tt.scenes.sphere(8)
-    result = tt.untangle(vertices, faces)
+    result = tt.untangle(vertices, faces, relax=False)
     assert bool(result.converged) and int(result.iterations) == 0
     np.testing.assert_allclose(np.asarray(result.vertices), vertices, atol=1e-12)
 
 
 def test_a_budget_too_small_reports_failure_not_success():
-    vertices, faces = tt.scenes.two_spheres(8)
-    result = tt.untangle(vertices, faces, max_steps=2)
+    vertices, faces = tt.scenes.two_spheres(6)
+    result = tt.untangle(vertices, faces, max_steps=2, restarts=0)
     assert not bool(result.converged)
     assert int(result.num_intersections) == len(tt.find_intersections(np.asarray(result.vertices), faces)) > 0
+
+
+def test_relax_restores_shape_and_stays_certified():
+    vertices, faces = tt.scenes.two_spheres(6)
+    raw = tt.untangle(vertices, faces, relax=False)
+    relaxed = tt.untangle(vertices, faces)
+    _assert_certified(relaxed, faces)
+    assert int(relaxed.relax_iterations) > 0
+    assert float(relaxed.relax_gradient_norm) < 1e-6  # a stationary point (dimensionless units)
+    assert float(relaxed.mean_displacement) < float(raw.mean_displacement)
+    assert float(relaxed.worst_edge_ratio) > 0.8
+
+
+def test_implicit_gradient_matches_finite_differences():
+    jnp = pytest.importorskip("jax.numpy")
+    import jax
+
+    vertices, faces = tt.scenes.two_spheres(6)
+    rng = np.random.default_rng(0)
+    weights = jnp.asarray(rng.normal(size=vertices.shape))
+
+    def loss(x):
+        return jnp.sum(weights * tt.untangle(x, faces).vertices)
+
+    grad = jax.grad(loss)(jnp.asarray(vertices))
+    assert np.all(np.isfinite(np.asarray(grad)))
+    direction = rng.normal(size=vertices.shape)
+    eps = 1e-5
+    fd = (float(loss(jnp.asarray(vertices + eps * direction))) - float(loss(jnp.asarray(vertices - eps * direction)))) / (
+        2 * eps
+    )
+    np.testing.assert_allclose(float(jnp.sum(grad * direction)), fd, rtol=1e-3)
+
+
+def test_paper_route_runs_and_reports_honestly():
+    vertices, faces = tt.scenes.two_spheres(6)
+    result = tt.untangle(vertices, faces, method="paper", paper_rounds=3)
+    assert len(result.history) == 3
+    assert int(result.num_intersections) == len(tt.find_intersections(np.asarray(result.vertices), faces))
+    assert bool(result.converged) == (int(result.num_intersections) == 0)
+    with pytest.raises(ValueError, match="method"):
+        tt.untangle(vertices, faces, method="magic")
