@@ -47,19 +47,3 @@ def test_citation_is_valid_cff():
     assert result.returncode == 0, result.stdout + result.stderr
     text = (ROOT / "CITATION.cff").read_text()
     assert "arXiv:2606.06511" in text and "Möller" in text
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tritri_jax.cli", *args], capture_output=True, text=True, timeout=300)
-
-
-def test_cli_demo_and_check(tmp_path, benchmark_dir):
-    demo = _cli("demo", "--size", "8")
-    assert demo.returncode == 0, demo.stderr
-    assert "crossing pairs" in demo.stdout
-    check = _cli("check", str(benchmark_dir / "mobius_strip.obj"))
-    assert check.returncode == 1 and "116" in check.stdout
-    (tmp_path / "bad.obj").write_text("this is not a mesh\n")
-    for bad in (tmp_path / "missing.obj", tmp_path / "bad.obj"):
-        result = _cli("check", str(bad))
-        assert result.returncode == 2 and str(bad) in result.stderr

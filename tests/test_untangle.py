@@ -78,9 +78,9 @@ def test_implicit_gradient_matches_finite_differences():
     assert np.all(np.isfinite(np.asarray(grad)))
     direction = rng.normal(size=vertices.shape)
     eps = 1e-5
-    fd = (float(loss(jnp.asarray(vertices + eps * direction))) - float(loss(jnp.asarray(vertices - eps * direction)))) / (
-        2 * eps
-    )
+    fd = (
+        float(loss(jnp.asarray(vertices + eps * direction))) - float(loss(jnp.asarray(vertices - eps * direction)))
+    ) / (2 * eps)
     np.testing.assert_allclose(float(jnp.sum(grad * direction)), fd, rtol=1e-3)
 
 

@@ -316,7 +316,7 @@ def untangle(
     ```python
     >>> import jax, tritri_jax as tt
     >>> jax.config.update("jax_enable_x64", True)
-    >>> vertices, faces = tt.scenes.two_spheres(8)
+    >>> vertices, faces = tt.scenes.two_spheres(6)
     >>> result = tt.untangle(vertices, faces)
     >>> bool(result.converged), int(result.num_intersections)
     (True, 0)

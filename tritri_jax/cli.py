@@ -1,8 +1,8 @@
-"""The ``tritri-jax`` command line: ``demo`` and ``check``.
+"""The ``tritri-jax`` command line: ``demo``, ``check`` and ``untangle``.
 
-Detection runs in float64 (exact predicates settle what float64 cannot). JAX's persistent
-compilation cache is turned on (in ``~/.cache/tritri_jax/jax``, or ``$TRITRI_JAX_CACHE``), so a
-second run does not pay the compile again.
+Runs in float64 (exact predicates settle what float64 cannot). JAX's persistent compilation cache
+is on (in ``~/.cache/tritri_jax/jax``, or ``$TRITRI_JAX_CACHE``), so a second run does not pay most
+of the compile again; compile and solve time are reported apart.
 """
 
 import argparse
@@ -23,72 +23,102 @@ def _setup_jax():
         pass
 
 
-def _load(path):
-    import meshio
-    import numpy as np
-
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
-    try:
-        mesh = meshio.read(path)
-    except Exception as error:  # meshio raises many kinds
-        raise ValueError(f"{path}: cannot read mesh ({error})") from error
-    faces = []
-    for block in mesh.cells:
-        data = np.asarray(block.data)
-        if block.type == "triangle":
-            faces.append(data)
-        elif block.type in ("quad", "polygon") or data.shape[1] > 3:
-            faces += [data[:, [0, k, k + 1]] for k in range(1, data.shape[1] - 1)]
-    if not faces:
-        raise ValueError(f"{path}: no triangle or polygon faces")
-    return np.asarray(mesh.points, np.float64)[:, :3], np.concatenate(faces)
-
-
-def _report(vertices, faces, label):
+def _check(vertices, faces, label, show_list=False):
     import tritri_jax as tt
 
     start = time.perf_counter()
     pairs = tt.find_intersections(vertices, faces)
-    detect_s = time.perf_counter() - start
+    seconds = time.perf_counter() - start
     energy = float(tt.intersection_energy(vertices, faces))
     length = float(tt.intersection_energy(vertices, faces, measure="length"))
     print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles")
-    print(f"  crossing pairs:        {len(pairs)}")
-    print(f"  intersection energy:   {energy:.6g}  (sum of (tc0 tc1)^2, Eq. 2)")
-    print(f"  intersection length:   {length:.6g}  (length of the intersection curve)")
-    print(f"  detection time:        {detect_s:.3f} s (compile included on a cold cache)")
+    print(f"  crossing pairs:       {len(pairs)}")
+    print(f"  intersection energy:  {energy:.6g}  (sum of (tc0 tc1)^2, Eq. 2)")
+    print(f"  intersection length:  {length:.6g}  (length of the intersection curve)")
+    print(f"  detection time:       {seconds:.3f} s (compile included on a cold cache)")
+    if show_list:
+        for i, j in pairs:
+            print(f"{i} {j}")
     return pairs
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="tritri-jax", description="Triangle-mesh self-intersection tools in JAX.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="detect the crossings of a built-in scene")
-    demo.add_argument(
-        "--scene", default="two_spheres", help="one of: two_spheres, folded_sheet, twisted_torus, crumpled_sheet"
+def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None):
+    import numpy as np
+
+    import tritri_jax as tt
+    from tritri_jax.io import write_mesh
+
+    if out_path and os.path.exists(out_path) and not overwrite:
+        raise ValueError(f"{out_path}: exists; pass --overwrite to replace it")
+    pairs_before = tt.find_intersections(vertices, faces)
+    before = len(pairs_before)
+    print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles, {before} crossing pairs")
+    result = tt.untangle(vertices, faces, **options)
+    print(f"  phase 1 steps:        {int(result.iterations)}")
+    print(f"  phase 2 Newton steps: {int(result.relax_iterations)} ({int(result.relax_cg_iterations)} CG iterations)")
+    print(f"  crossing pairs after: {int(result.num_intersections)} (exact check)")
+    print(f"  converged:            {bool(result.converged)}")
+    print(
+        f"  max / mean move:      {float(result.max_displacement):.4f} / {float(result.mean_displacement):.4f}"
+        " of the bounding-box diagonal"
     )
-    demo.add_argument("--size", type=int, default=16, help="scene resolution")
+    print(f"  worst edge ratio:     {float(result.worst_edge_ratio):.3f}")
+    print(f"  time:                 {result.seconds:.2f} s (compile included on a cold cache)")
+    if out_path:
+        write_mesh(out_path, np.asarray(result.vertices), faces, overwrite=overwrite)
+        print(f"  wrote:                {out_path}")
+    if picture:
+        from tritri_jax import viz
+
+        after = tt.find_intersections(np.asarray(result.vertices), faces)
+        viz.before_after(picture, vertices, np.asarray(result.vertices), faces, pairs_before, after)
+        root, ext = os.path.splitext(picture)
+        history = np.append(np.asarray(result.history), int(result.num_intersections))  # the final count too
+        viz.convergence(f"{root}_convergence{ext or '.png'}", history, os.path.basename(label))
+        print(f"  pictures:             {picture}, {root}_convergence{ext or '.png'}")
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="tritri-jax", description="Self-intersections of triangle meshes, in JAX.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="untangle a built-in scene end to end")
+    demo.add_argument("--scene", default="two_spheres", help="two_spheres, folded_sheet, twisted_torus, crumpled_sheet")
+    demo.add_argument("--size", type=int, default=12, help="scene resolution")
+    demo.add_argument("-o", "--output", default="tritri_demo_untangled.obj", help="where to write the result")
     check = commands.add_parser("check", help="count the crossing pairs of a mesh file (exit 1 if any)")
     check.add_argument("mesh", help="OBJ, PLY, OFF or STL file")
     check.add_argument("--list", action="store_true", help="print the crossing face pairs")
+    untangle = commands.add_parser("untangle", help="make a mesh file intersection-free (exit 1 if it did not)")
+    untangle.add_argument("mesh", help="OBJ, PLY, OFF or STL file")
+    untangle.add_argument("-o", "--output", required=True, help="file to write (never the input unless --overwrite)")
+    untangle.add_argument("--overwrite", action="store_true", help="allow replacing an existing output file")
+    untangle.add_argument("--picture", help="PNG: before/after with crossing faces in red (+ a convergence plot)")
+    untangle.add_argument("--weld", action="store_true", help="merge vertices with identical coordinates first")
+    untangle.add_argument("--max-steps", type=int, default=150, help="phase-1 steps per attempt")
+    untangle.add_argument("--no-relax", action="store_true", help="skip phase 2 (shape restoration)")
+    untangle.add_argument("--method", default="length", choices=["length", "paper"], help="phase-1 route")
     args = parser.parse_args(argv)
     _setup_jax()
     from tritri_jax import scenes
+    from tritri_jax.io import read_mesh
 
     try:
         if args.command == "demo":
             if args.scene not in scenes.SCENES:
                 raise ValueError(f"unknown scene {args.scene!r}; choose from {sorted(scenes.SCENES)}")
             vertices, faces = scenes.SCENES[args.scene](args.size)
-            _report(vertices, faces, f"scene {args.scene} (size {args.size})")
-            return 0
-        vertices, faces = _load(args.mesh)
-        pairs = _report(vertices, faces, args.mesh)
-        if args.list:
-            for i, j in pairs:
-                print(f"{i} {j}")
-        return 1 if len(pairs) else 0
+            result = _untangle(vertices, faces, f"scene {args.scene} (size {args.size})", args.output, True, {})
+            return 0 if bool(result.converged) else 1
+        if args.command == "check":
+            vertices, faces = read_mesh(args.mesh)
+            return 1 if len(_check(vertices, faces, args.mesh, args.list)) else 0
+        vertices, faces = read_mesh(args.mesh, weld=args.weld)
+        if os.path.abspath(args.output) == os.path.abspath(args.mesh) and not args.overwrite:
+            raise ValueError(f"{args.output}: is the input; pass --overwrite to replace it")
+        options = dict(max_steps=args.max_steps, relax=not args.no_relax, method=args.method)
+        result = _untangle(vertices, faces, args.mesh, args.output, args.overwrite, options, args.picture)
+        return 0 if bool(result.converged) else 1
     except ValueError as error:
         print(f"tritri-jax: error: {error}", file=sys.stderr)
         return 2

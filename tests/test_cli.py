@@ -1,0 +1,69 @@
+"""The real console script, in a subprocess, on files in a temporary folder."""
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+import tritri_jax as tt
+from tritri_jax.io import read_mesh, write_mesh
+
+
+def _cli(*args, cwd=None):
+    command = [shutil.which("tritri-jax") or sys.executable, *args]
+    if command[0] == sys.executable:
+        command.insert(1, "-m")
+        command.insert(2, "tritri_jax.cli")
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def test_help_on_every_command():
+    for args in (["--help"], ["check", "--help"], ["untangle", "--help"], ["demo", "--help"]):
+        result = _cli(*args)
+        assert result.returncode == 0 and "usage" in result.stdout
+
+
+def test_check_clean_and_intersecting(tmp_path, benchmark_dir):
+    clean = tmp_path / "sphere.off"
+    write_mesh(clean, *tt.scenes.sphere(6))
+    result = _cli("check", str(clean))
+    assert result.returncode == 0 and "crossing pairs:       0" in result.stdout
+    result = _cli("check", "--list", str(benchmark_dir / "mobius_strip.obj"))
+    assert result.returncode == 1 and "crossing pairs:       116" in result.stdout
+    assert len([line for line in result.stdout.splitlines() if line.count(" ") == 1]) == 116
+
+
+def test_untangle_an_isir_mesh_and_read_it_back(tmp_path, benchmark_dir):
+    out = tmp_path / "mobius_free.ply"
+    picture = tmp_path / "mobius.png"
+    result = _cli(
+        "untangle", str(benchmark_dir / "mobius_strip.obj"), "-o", str(out), "--no-relax", "--picture", str(picture)
+    )
+    assert result.returncode == 0, result.stderr
+    for png in (picture, tmp_path / "mobius_convergence.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "converged:            True" in result.stdout
+    vertices, faces = read_mesh(out)
+    assert len(faces) == 2880 and len(tt.find_intersections(vertices, faces)) == 0
+    again = _cli("untangle", str(benchmark_dir / "mobius_strip.obj"), "-o", str(out), "--no-relax")
+    assert again.returncode == 2 and "exists" in again.stderr  # never overwrites unless asked
+
+
+def test_bad_files_exit_2_and_name_the_file(tmp_path):
+    (tmp_path / "bad.obj").write_text("this is not a mesh\n")
+    (tmp_path / "points.xyz").write_text("0 0 0\n")
+    for bad in (tmp_path / "missing.obj", tmp_path / "bad.obj", tmp_path / "points.xyz"):
+        for command in (["check", str(bad)], ["untangle", str(bad), "-o", str(tmp_path / "out.obj")]):
+            result = _cli(*command)
+            assert result.returncode == 2 and str(bad) in result.stderr, (command, result.stderr)
+
+
+def test_read_triangulates_quads_and_welds(tmp_path):
+    path = tmp_path / "quad.obj"
+    path.write_text("v 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nv 0 0 0\nf 1 2 3 4\nf 5 2 3\n")
+    vertices, faces = read_mesh(path)
+    assert faces.shape == (3, 3) and len(vertices) == 5
+    welded, faces = read_mesh(path, weld=True)
+    assert len(welded) == 4 and faces.max() == 3
+    np.testing.assert_array_equal(faces[2], faces[0])  # "f 5 2 3" is the first fan triangle once welded

@@ -1,0 +1,73 @@
+"""Pictures (matplotlib, headless): a mesh with its crossing faces highlighted, before/after, and a
+convergence plot. The view looks along the mesh's thinnest principal axis, so flat and elongated
+meshes are seen face-on rather than edge-on.
+"""
+
+import numpy as np
+
+
+def _axes_frame(vertices):
+    centred = vertices - vertices.mean(0)
+    _, _, vt = np.linalg.svd(centred[:: max(1, len(centred) // 5000)], full_matrices=False)
+    return vt  # rows: principal axes, the last is the thinnest
+
+
+def _draw(ax, vertices, faces, crossing_faces, frame, title):
+    from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+    local = (vertices - vertices.mean(0)) @ frame.T
+    local = local[:, [0, 1, 2]]
+    tris = local[faces]
+    normal = np.cross(tris[:, 1] - tris[:, 0], tris[:, 2] - tris[:, 0])
+    norm = np.linalg.norm(normal, axis=1, keepdims=True)
+    shade = 0.35 + 0.6 * np.abs((normal / np.where(norm > 0, norm, 1)) @ np.array([0.3, 0.4, 0.87]))
+    colours = np.stack([shade * 0.75, shade * 0.8, shade * 0.9, np.ones_like(shade)], axis=1)
+    colours[crossing_faces] = [0.85, 0.1, 0.1, 1.0]
+    ax.add_collection3d(Poly3DCollection(tris, facecolors=colours, edgecolors=(0, 0, 0, 0.08), linewidths=0.2))
+    lo, hi = local.min(0), local.max(0)
+    centre, half = 0.5 * (lo + hi), 0.5 * (hi - lo).max()
+    for setter, c in zip((ax.set_xlim, ax.set_ylim, ax.set_zlim), centre, strict=True):
+        setter(c - half, c + half)
+    ax.view_init(elev=55, azim=-60)
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=10)
+
+
+def before_after(path, vertices_before, vertices_after, faces, pairs_before, pairs_after):
+    """Save a side-by-side figure: both meshes with the faces of crossing pairs in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    faces = np.asarray(faces)
+    frame = _axes_frame(np.asarray(vertices_before))
+    fig = plt.figure(figsize=(10, 5), dpi=130)
+    for k, (v, pairs, label) in enumerate(
+        ((vertices_before, pairs_before, "before"), (vertices_after, pairs_after, "after"))
+    ):
+        ax = fig.add_subplot(1, 2, k + 1, projection="3d")
+        crossing = np.unique(np.asarray(pairs, int).reshape(-1))
+        _draw(ax, np.asarray(v, np.float64), faces, crossing, frame, f"{label}: {len(pairs)} crossing pairs")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def convergence(path, history, title="untangling"):
+    """Save the crossing-pair count per phase-1 step (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = np.asarray(history)
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=130)
+    ax.semilogy(np.arange(len(history)), np.maximum(history, 0.8), marker="o", markersize=3)
+    ax.set_xlabel("phase-1 step")
+    ax.set_ylabel("crossing pairs (float predicate)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
