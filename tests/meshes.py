@@ -4,20 +4,10 @@ import numpy as np
 
 
 def load_obj_triangulated(path):
-    """Read an OBJ with meshio; quads (a, b, c, d) become (a, b, c) and (a, c, d)."""
-    import meshio
+    """The library's reader (meshio; quads (a, b, c, d) become (a, b, c) and (a, c, d))."""
+    from tritri_jax.io import read_mesh
 
-    mesh = meshio.read(path)
-    faces = []
-    for block in mesh.cells:
-        data = np.asarray(block.data)
-        if data.shape[1] == 3:
-            faces.append(data)
-        elif data.shape[1] == 4:
-            faces += [data[:, [0, 1, 2]], data[:, [0, 2, 3]]]
-        else:
-            raise ValueError(f"{path}: unsupported cell block {block.type}")
-    return np.asarray(mesh.points, np.float64), np.concatenate(faces).astype(np.int64)
+    return read_mesh(path)
 
 
 def libigl_pairs(vertices, faces):
