@@ -73,10 +73,14 @@ def _inside_2d(r, tri):
     return all(x >= 0 for x in o) or all(x <= 0 for x in o)
 
 
-def _coplanar_closed(u, v):
+def _chart(u, v):
+    """Both (coplanar) triangles in 2-D: drop the axis along which u's normal is largest."""
     axis = _drop_axis(u)
-    u2 = [tuple(p[k] for k in range(3) if k != axis) for p in u]
-    v2 = [tuple(p[k] for k in range(3) if k != axis) for p in v]
+    return ([tuple(p[k] for k in range(3) if k != axis) for p in t] for t in (u, v))
+
+
+def _coplanar_closed(u, v):
+    u2, v2 = _chart(u, v)
     if any(_segments_meet_2d(u2[i], u2[(i + 1) % 3], v2[j], v2[(j + 1) % 3]) for i in range(3) for j in range(3)):
         return True
     return _inside_2d(u2[0], v2) or _inside_2d(v2[0], u2)
@@ -84,9 +88,7 @@ def _coplanar_closed(u, v):
 
 def _coplanar_open(u, v):
     """Do coplanar triangles overlap with positive area? No edge line weakly separates them."""
-    axis = _drop_axis(u)
-    u2 = [tuple(p[k] for k in range(3) if k != axis) for p in u]
-    v2 = [tuple(p[k] for k in range(3) if k != axis) for p in v]
+    u2, v2 = _chart(u, v)
     for own, other in ((u2, v2), (v2, u2)):
         for i in range(3):
             a, b, c = own[i], own[(i + 1) % 3], own[(i + 2) % 3]

@@ -138,15 +138,18 @@ def _coplanar_overlap(u, v, normal):
     return ~jnp.any(amount <= 0), near
 
 
-def _parts(u: Triangle, v: Triangle) -> _Parts:
-    eps = eps_of(u)
+def _scaled_pair(u, v, eps):
+    """The pair in the exact frame of ``_frame``, bitwise vertex coincidences, both unit normals."""
     same = jnp.all(u[:, None, :] == v[None, :, :], axis=-1)  # same[i, j]: u_i == v_j bitwise
     centre, scale = _frame(u, v)
     u = (u - centre) / scale
     v = (v - centre) / scale
+    return same, u, v, scale, _unit_normal(u, eps), _unit_normal(v, eps)
 
-    normal_u, ok_u = _unit_normal(u, eps)
-    normal_v, ok_v = _unit_normal(v, eps)
+
+def _parts(u: Triangle, v: Triangle) -> _Parts:
+    eps = eps_of(u)
+    same, u, v, scale, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(u, v, eps)
     snap = eps**2
     dist_v = (v - u[0]) @ normal_u  # v's vertices against u's plane
     dist_u = (u - v[0]) @ normal_v
@@ -251,10 +254,7 @@ def clearly_apart(u: Triangle, v: Triangle) -> Bool[Array, ""]:
     plane), so vertex-sharing pairs are rejected too when the rest of one lies on one side.
     """
     eps = eps_of(u)
-    same = jnp.all(u[:, None, :] == v[None, :, :], axis=-1)
-    centre, scale = _frame(u, v)
-    u = (u - centre) / scale
-    v = (v - centre) / scale
+    same, u, v, _, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(u, v, eps)
     tol = _AMBIGUOUS_TOL * eps
 
     def one_side(tri, other, normal, ok, shared):
@@ -263,8 +263,6 @@ def clearly_apart(u: Triangle, v: Triangle) -> Bool[Array, ""]:
         negative = jnp.all((dist < -tol) | shared)
         return ok & ~jnp.all(shared) & (positive | negative)
 
-    normal_u, ok_u = _unit_normal(u, eps)
-    normal_v, ok_v = _unit_normal(v, eps)
     return one_side(u, v, normal_u, ok_u, same.any(axis=0)) | one_side(v, u, normal_v, ok_v, same.any(axis=1))
 
 
