@@ -84,3 +84,17 @@ def test_empty_and_single_face_meshes():
     for faces in (jnp.zeros((0, 3), jnp.int32), jnp.array([[0, 1, 2]])):
         result = tt.candidate_pairs(v, faces, capacity=8)
         assert int(result.count) == 0 and not bool(result.overflowed)
+
+
+def test_both_sort_paths_agree():
+    from tritri_jax._broad_phase import _sort_keys
+
+    keys = jnp.asarray(np.random.default_rng(0).integers(0, 2**31 - 1, 5000), jnp.int32)
+    keys = keys.at[::7].set(keys[0])  # ties
+    packed = _sort_keys(keys, pack=True)
+    pairs = _sort_keys(keys, pack=False)
+    np.testing.assert_array_equal(packed[0], pairs[0])
+    np.testing.assert_array_equal(packed[0], np.sort(np.asarray(keys)))
+    for _, order in (packed, pairs):
+        np.testing.assert_array_equal(keys[order], packed[0])
+        assert sorted(np.asarray(order).tolist()) == list(range(5000))

@@ -7,14 +7,21 @@ Built with sorts and segment operations inside ``jit``, fixed shapes throughout:
    faces that span more than two cells along some axis ("big" faces) are not inserted at all;
    they are tested against every face's AABB instead, so a huge triangle costs ``O(F)`` slots
    rather than a number of cells that grows with its area.
-2. Entries are sorted by a hash of their cell; equal hashes form runs. Every pair of entries in a
-   run is a *raw* pair. A raw pair is kept only if both entries really are the same cell (hash
-   collisions), that cell is the one holding the lower corner of the two AABBs' overlap (so each
-   overlapping pair is emitted exactly once, without a global dedup sort), the AABBs overlap, and
-   the faces do not share an edge (or, in the paper's mode, any vertex).
-3. Raw pairs are enumerated in fixed-size chunks by a ``lax.while_loop`` (``stream_compact``) and compacted into the
-   ``capacity`` output slots. ``count`` is the true number of candidates even past ``capacity``,
-   so the eager caller can retry with exactly enough room.
+2. Entries are sorted by a hash of their cell (packed with the entry index into one int64 when
+   64-bit integers are on: XLA's CPU sort is about five times faster on one integer array than on
+   key/index pairs); equal hashes form runs. Every pair of entries in a run is a *raw* pair. A raw
+   pair is kept only if both entries really are the same cell (hash collisions), that cell is the
+   one holding the lower corner of the two AABBs' overlap (so each overlapping pair is emitted
+   exactly once, without a global dedup sort), the AABBs overlap, and the faces do not share an
+   edge (or, in the paper's mode, any vertex).
+3. Raw pairs are enumerated in fixed-size chunks by a ``lax.while_loop`` (``stream_expand``): each
+   slot finds its run by a scatter and a running maximum, not a binary search, and the kept pairs
+   are compacted into the ``capacity`` output slots. ``count`` is the true number of candidates
+   even past ``capacity``, so the eager caller can retry with exactly enough room.
+
+Measured on a crumpled sheet of 200k faces (2 cores): 12.3M raw pairs for 1.8M candidates; the
+sort takes about 0.13 s and the enumeration about 0.7 s (it was 1.6 s in all with a (key, index)
+sort and a binary search per raw pair).
 """
 
 from typing import NamedTuple
@@ -127,61 +134,94 @@ def candidate_pairs(
     cell_hi = jnp.clip(jnp.floor((hi - origin) / cell_size), 0, limit).astype(jnp.int32)
     big = jnp.any(cell_hi - cell_lo > 1, axis=1)
 
-    # 1. Entries: 8 per face, masked.
+    # 1. Entries: 8 per face, masked, sorted by cell hash.
     offsets = jnp.array([[(i >> 0) & 1, (i >> 1) & 1, (i >> 2) & 1] for i in range(8)], jnp.int32)
     cells = cell_lo[:, None, :] + offsets[None]  # (F, 8, 3)
     used = jnp.all(cells <= cell_hi[:, None, :], axis=-1) & ~big[:, None]
-    keys = jnp.where(used, _hash(cells), _EMPTY).reshape(-1)
-    entry_face = jnp.repeat(jnp.arange(num_faces, dtype=jnp.int32), 8)
-    order = jnp.argsort(keys)
-    keys = keys[order]
-    entry_face = entry_face[order]
+    keys, order = _sort_keys(jnp.where(used, _hash(cells), _EMPTY).reshape(-1))
+    entry_face = order // 8
     entry_cell = cells.reshape(-1, 3)[order]
 
-    # 2. Runs of equal keys; entry p pairs with the entries before it in its run.
-    position = jnp.arange(keys.shape[0], dtype=jnp.int32)
+    num_entries = keys.shape[0]
+    position = jnp.arange(num_entries, dtype=jnp.int32)
     is_start = jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
     run_start = lax.cummax(jnp.where(is_start, position, 0))
     per_entry = jnp.where(keys != _EMPTY, position - run_start, 0)
-    grid_ends = jnp.cumsum(per_entry)
-    grid_total = grid_ends[-1]
-    grid_starts = grid_ends - per_entry
+    per_segment = jnp.concatenate([per_entry, jnp.where(big, num_faces, 0).astype(jnp.int32)])
 
-    big_faces = jnp.nonzero(big, size=num_faces, fill_value=0)[0].astype(jnp.int32)
-    num_big = jnp.sum(big).astype(jnp.int32)
-    total = grid_total + num_big * num_faces
-
-    def keep(fi, fj, dedup_ok):
+    def keep(fi, fj, ok):
         overlap = jnp.all((lo[fi] <= hi[fj]) & (lo[fj] <= hi[fi]), axis=-1)
         shared = _share_count(faces[fi], faces[fj])
         most = 1 if skip_vertex_adjacent else (3 if include_shared_edges else 2)
-        return dedup_ok & overlap & (shared < most) & (fi != fj)
+        return ok & overlap & (shared < most) & (fi != fj)
 
-    def decode(slot):
-        in_grid = slot < grid_total
-        p = jnp.clip(jnp.searchsorted(grid_ends, slot, side="right"), 0, keys.shape[0] - 1)
-        q = run_start[p] + (slot - grid_starts[p])
-        q = jnp.clip(q, 0, keys.shape[0] - 1)
+    def emit(segment, k):
+        in_grid = segment < num_entries
+        p = jnp.minimum(segment, num_entries - 1)
+        q = jnp.clip(run_start[p] + k, 0, num_entries - 1)
         fa, fb = entry_face[q], entry_face[p]
         home = jnp.maximum(cell_lo[fa], cell_lo[fb])
         grid_ok = jnp.all(entry_cell[q] == entry_cell[p], axis=-1) & jnp.all(entry_cell[p] == home, axis=-1)
-        # big-face slots: big face b against every face o (big-big pairs once: o not big, or o > b)
-        rest = jnp.maximum(slot - grid_total, 0)
-        b = big_faces[jnp.clip(rest // num_faces, 0, num_faces - 1)]
-        o = (rest % num_faces).astype(jnp.int32)
+        b = jnp.clip(segment - num_entries, 0, num_faces - 1)
+        o = jnp.clip(k, 0, num_faces - 1)
         big_ok = ~big[o] | (o > b)
         fi = jnp.where(in_grid, fa, b)
         fj = jnp.where(in_grid, fb, o)
-        ok = (slot < total) & keep(fi, fj, jnp.where(in_grid, grid_ok, big_ok))
-        return jnp.minimum(fi, fj), jnp.maximum(fi, fj), ok
-
-    def emit(slot):
-        first, second, ok = decode(slot)
-        return ok, jnp.stack([first, second], axis=1)
+        ok = keep(fi, fj, jnp.where(in_grid, grid_ok, big_ok))
+        return ok, jnp.stack([jnp.minimum(fi, fj), jnp.maximum(fi, fj)], axis=1)
 
     chunk = min(_CHUNK, max(1024, 8 * num_faces))
-    pairs, count = stream_compact(emit, total, chunk, empty.pairs)
+    pairs, count = stream_expand(emit, per_segment, chunk, empty.pairs)
     return CandidatePairs(pairs=pairs, count=count, overflowed=count > capacity)
+
+
+def _sort_keys(keys, pack=None):
+    """``(sorted keys, permutation)`` of non-negative int32 keys.
+
+    With 64-bit integers enabled, key and index are packed into one int64 and sorted as plain
+    integers: XLA's CPU sort is several times faster on one integer array than on (key, index)
+    pairs, which go through a generic comparator (1.6M entries: 0.13 s against 0.6-0.75 s).
+    ``pack`` forces one path (default: packing whenever int64 is available).
+    """
+    n = keys.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    index = jnp.arange(n, dtype=jnp.int32)
+    if pack is None:
+        pack = jax.dtypes.canonicalize_dtype(jnp.int64) == jnp.int64 and 31 + bits <= 63
+    if pack:
+        packed = jnp.sort((keys.astype(jnp.int64) << bits) | index.astype(jnp.int64))
+        return (packed >> bits).astype(jnp.int32), (packed & ((1 << bits) - 1)).astype(jnp.int32)
+    return lax.sort((keys, index), num_keys=1, is_stable=False)
+
+
+def stream_expand(emit, counts, chunk: int, out):
+    """Enumerate the items of segments in chunks and append the rows ``emit`` keeps to ``out``.
+
+    Segment ``s`` holds ``counts[s]`` items ``k = 0 .. counts[s] - 1``; ``emit(segments, ks)`` gets
+    ``(chunk,)`` arrays of both and returns ``(keep, rows)`` as for [`stream_compact`][tritri_jax._broad_phase.stream_compact].
+    Each slot's segment is found without a binary search: the non-empty segments' start slots are
+    scattered into the chunk and carried forward with a running maximum.
+    """
+    num_segments = counts.shape[0]
+    nonempty = counts > 0
+    live = jnp.nonzero(nonempty, size=num_segments, fill_value=num_segments - 1)[0].astype(jnp.int32)
+    num_live = jnp.sum(nonempty, dtype=jnp.int32)
+    sizes = jnp.where(jnp.arange(num_segments) < num_live, counts[live], 0)
+    ends = jnp.cumsum(sizes)
+    starts = ends - sizes
+    lanes = jnp.arange(chunk, dtype=jnp.int32)
+
+    def emit_slots(slot):
+        first = jnp.searchsorted(ends, slot[0], side="right").astype(jnp.int32)  # the segment holding slot[0]
+        window = first + lanes
+        offset = starts[jnp.minimum(window, num_segments - 1)] - slot[0]
+        inside = (window < num_live) & (offset < chunk)
+        owner = jnp.full((chunk,), first, jnp.int32).at[jnp.where(inside, offset, chunk)].max(window, mode="drop")
+        owner = jnp.minimum(lax.cummax(owner), num_segments - 1)
+        keep, rows = emit(live[owner], slot - starts[owner])
+        return keep & (slot < ends[-1]), rows
+
+    return stream_compact(emit_slots, ends[-1], chunk, out)
 
 
 def stream_compact(emit, total, chunk: int, out):
