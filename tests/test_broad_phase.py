@@ -48,7 +48,9 @@ def test_hash_grid_equals_brute_force(name, n, cell_scale):
     assert np.all(np.asarray(result.pairs)[int(result.count) :] == -1)
 
 
-@pytest.mark.parametrize("flags", [dict(skip_vertex_adjacent=True), dict(include_shared_edges=True)])
+@pytest.mark.parametrize(
+    "flags", [dict(skip_vertex_adjacent=True), dict(include_shared_edges=True), dict(padding=0.15)]
+)
 def test_topology_options_match_brute_force(flags):
     vertices, faces = tt.scenes.twisted_torus(8)
     v, f = jnp.asarray(vertices), jnp.asarray(faces)

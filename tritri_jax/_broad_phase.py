@@ -93,6 +93,7 @@ def candidate_pairs(
     cell_size=None,
     skip_vertex_adjacent: bool = False,
     include_shared_edges: bool = False,
+    padding=0.0,
 ) -> CandidatePairs:
     """Face pairs whose AABBs overlap and which share no edge: a superset of the crossing pairs.
 
@@ -103,10 +104,14 @@ def candidate_pairs(
 
     - ``vertices``: ``(V, 3)`` float; ``faces``: ``(F, 3)`` int.
     - ``capacity``: number of output slots (static).
-    - ``cell_size``: grid cell size; default [`default_cell_size`][tritri_jax._broad_phase.default_cell_size].
+    - ``cell_size``: grid cell size; by default the larger of twice the median face extent (the
+      largest side of a face's box) and the 17th-largest extent, so at most 16 faces are "big"
+      (tested against every face) and similar-sized faces get cells about twice their size.
     - ``skip_vertex_adjacent``: also skip pairs sharing a single vertex (the paper's behaviour).
     - ``include_shared_edges``: keep pairs sharing an edge (they can only intersect by being folded
       flat onto each other, which the coplanar test detects).
+    - ``padding``: grow every box by this length on each side first, so that the pairs closer than
+      ``2 * padding`` are candidates too (a neighbour list for distance-based energies).
 
     **Returns:** [`CandidatePairs`][tritri_jax.CandidatePairs].
 
@@ -126,6 +131,7 @@ def candidate_pairs(
     if num_faces < 2:
         return empty
     lo, hi = face_bounds(vertices, faces)
+    lo, hi = lo - padding, hi + padding
     if cell_size is None:
         cell_size = default_cell_size(lo, hi)
     origin = lo.min(axis=0)
@@ -140,7 +146,6 @@ def candidate_pairs(
     used = jnp.all(cells <= cell_hi[:, None, :], axis=-1) & ~big[:, None]
     keys, order = _sort_keys(jnp.where(used, _hash(cells), _EMPTY).reshape(-1))
     entry_face = order // 8
-    entry_cell = cells.reshape(-1, 3)[order]
 
     num_entries = keys.shape[0]
     position = jnp.arange(num_entries, dtype=jnp.int32)
@@ -149,25 +154,32 @@ def candidate_pairs(
     per_entry = jnp.where(keys != _EMPTY, position - run_start, 0)
     per_segment = jnp.concatenate([per_entry, jnp.where(big, num_faces, 0).astype(jnp.int32)])
 
-    def keep(fi, fj, ok):
-        overlap = jnp.all((lo[fi] <= hi[fj]) & (lo[fj] <= hi[fi]), axis=-1)
-        shared = _share_count(faces[fi], faces[fj])
-        most = 1 if skip_vertex_adjacent else (3 if include_shared_edges else 2)
-        return ok & overlap & (shared < most) & (fi != fj)
+    # Columns, not rows: every read below is a 1-D gather, and no reduction runs over a trailing
+    # axis of 3 (which XLA's CPU code does not vectorise).
+    lo_t, hi_t, home_t, faces_t = lo.T, hi.T, cell_lo.T, faces.T
+    cell_t = tuple(c[order] for c in cells.reshape(-1, 3).T)
+    most = 1 if skip_vertex_adjacent else (3 if include_shared_edges else 2)
 
     def emit(segment, k):
         in_grid = segment < num_entries
         p = jnp.minimum(segment, num_entries - 1)
         q = jnp.clip(run_start[p] + k, 0, num_entries - 1)
         fa, fb = entry_face[q], entry_face[p]
-        home = jnp.maximum(cell_lo[fa], cell_lo[fb])
-        grid_ok = jnp.all(entry_cell[q] == entry_cell[p], axis=-1) & jnp.all(entry_cell[p] == home, axis=-1)
+        grid_ok = jnp.ones(segment.shape, bool)
+        for c in range(3):
+            cell = cell_t[c][p]
+            grid_ok &= (cell_t[c][q] == cell) & (cell == jnp.maximum(home_t[c][fa], home_t[c][fb]))
         b = jnp.clip(segment - num_entries, 0, num_faces - 1)
         o = jnp.clip(k, 0, num_faces - 1)
-        big_ok = ~big[o] | (o > b)
         fi = jnp.where(in_grid, fa, b)
         fj = jnp.where(in_grid, fb, o)
-        ok = keep(fi, fj, jnp.where(in_grid, grid_ok, big_ok))
+        ok = jnp.where(in_grid, grid_ok, ~big[o] | (o > b)) & (fi != fj)
+        for c in range(3):
+            ok &= (lo_t[c][fi] <= hi_t[c][fj]) & (lo_t[c][fj] <= hi_t[c][fi])
+        corners_i = [faces_t[c][fi] for c in range(3)]
+        corners_j = [faces_t[c][fj] for c in range(3)]
+        shared = sum((ci == cj).astype(jnp.int32) for ci in corners_i for cj in corners_j)
+        ok &= shared < most
         return ok, jnp.stack([jnp.minimum(fi, fj), jnp.maximum(fi, fj)], axis=1)
 
     chunk = min(_CHUNK, max(1024, 8 * num_faces))
@@ -198,7 +210,7 @@ def stream_expand(emit, counts, chunk: int, out):
     """Enumerate the items of segments in chunks and append the rows ``emit`` keeps to ``out``.
 
     Segment ``s`` holds ``counts[s]`` items ``k = 0 .. counts[s] - 1``; ``emit(segments, ks)`` gets
-    ``(chunk,)`` arrays of both and returns ``(keep, rows)`` as for [`stream_compact`][tritri_jax._broad_phase.stream_compact].
+    ``(chunk,)`` arrays of both and returns ``(keep, rows)`` as for ``stream_compact``.
     Each slot's segment is found without a binary search: the non-empty segments' start slots are
     scattered into the chunk and carried forward with a running maximum.
     """
@@ -247,9 +259,10 @@ def stream_compact(emit, total, chunk: int, out):
     return out, count
 
 
-def brute_force_candidates(vertices, faces, *, skip_vertex_adjacent=False, include_shared_edges=False):
+def brute_force_candidates(vertices, faces, *, skip_vertex_adjacent=False, include_shared_edges=False, padding=0.0):
     """All AABB-overlapping, non-adjacent pairs by an ``O(F^2)`` scan (for tests and tiny meshes)."""
     lo, hi = face_bounds(vertices, faces)
+    lo, hi = lo - padding, hi + padding
     overlap = jnp.all((lo[:, None] <= hi[None]) & (lo[None] <= hi[:, None]), axis=-1)
     shared = _share_count(faces[:, None, :], faces[None, :, :])
     most = 1 if skip_vertex_adjacent else (3 if include_shared_edges else 2)

@@ -24,8 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._safe import eps_of, safe_divide, safe_normalize
+from ._safe import eps_of, safe_divide
 from ._types import Array, Bool, Float, Scalar, Triangle
+from ._vec3 import AOS, SOA, pick
 
 _COPLANAR_TOL = 32.0  # in units of eps, in the scaled frame (|coordinates| <= 1)
 _SLIVER_TOL = 32.0  # a triangle whose edge angle is below this many eps is degenerate
@@ -71,125 +72,147 @@ class _Parts(NamedTuple):
     ambiguous: Array  # within rounding distance of changing the crossing verdict
 
 
-def _frame(u, v):
+def _frame(ops, u, v):
     """Exact-ish normalisation: centre on the bounding box, divide by a power of two."""
-    both = jnp.concatenate([u, v], axis=0)
-    lo, hi = both.min(axis=0), both.max(axis=0)
-    centre = 0.5 * lo + 0.5 * hi
-    extent = jnp.max(jnp.abs(both - centre))
+    points = u + v
+    centre = [
+        0.5 * ops.minimum(*(ops.coord(p, c) for p in points)) + 0.5 * ops.maximum(*(ops.coord(p, c) for p in points))
+        for c in range(3)
+    ]
+    extent = ops.maximum(*(jnp.abs(ops.coord(p, c) - centre[c]) for p in points for c in range(3)))
     ok = (extent > 0) & jnp.isfinite(extent)
     scale = jnp.exp2(jnp.ceil(jnp.log2(jnp.where(ok, extent, 1))))
-    return lax.stop_gradient(centre), lax.stop_gradient(scale)
+    return ops.vector(*(lax.stop_gradient(c) for c in centre)), lax.stop_gradient(scale)
 
 
-def _unit_normal(tri, eps):
-    e1, e2 = tri[1] - tri[0], tri[2] - tri[0]
-    normal = jnp.cross(e1, e2)
+def _unit_normal(ops, tri, eps):
+    e1, e2 = ops.sub(tri[1], tri[0]), ops.sub(tri[2], tri[0])
+    normal = ops.cross(e1, e2)
+    sq = ops.dot(normal, normal)
     # Degenerate when the edges' angle is below ~32 eps (relative) or the area is absurdly small
     # in the scaled frame (which would make derivatives overflow).
-    min_sq = jnp.maximum((_SLIVER_TOL * eps) ** 2 * jnp.dot(e1, e1) * jnp.dot(e2, e2), eps**4)
-    return safe_normalize(normal, min_sq)
+    ok = sq > jnp.maximum((_SLIVER_TOL * eps) ** 2 * ops.dot(e1, e1) * ops.dot(e2, e2), eps**4)
+    inverse = jnp.where(ok, lax.rsqrt(jnp.where(ok, sq, 1)), 0)
+    return ops.scale(normal, inverse), ok
 
 
-def _segment(tri, dist):
+def _segment(ops, tri, dist):
     """End points of the segment where ``tri`` crosses a plane, from its vertices' signed distances.
 
     The "lonely" vertex ``k`` is the first nonzero one whose sign no other vertex shares; the
     end points lie on the edges leaving it (an end point is a vertex itself when that vertex lies
     on the plane, which covers Appendix A's one-vertex-on-the-plane branch).
     """
-    sign = jnp.sign(dist)
-    crosses = (sign.max() > 0) & (sign.min() < 0)
-    lonely = (sign != 0) & (sign * jnp.roll(sign, -1) <= 0) & (sign * jnp.roll(sign, -2) <= 0)
-    k = jnp.argmax(lonely)
-
-    def rolled(x):
-        return jnp.where(k == 0, x, jnp.where(k == 1, jnp.roll(x, -1, axis=0), jnp.roll(x, -2, axis=0)))
-
-    tri_r = rolled(tri)
-    dist_r = rolled(dist)
+    sign = [jnp.sign(d) for d in dist]
+    crosses = (ops.maximum(*sign) > 0) & (ops.minimum(*sign) < 0)
+    lonely = [
+        (sign[i] != 0) & (sign[i] * sign[(i + 1) % 3] <= 0) & (sign[i] * sign[(i + 2) % 3] <= 0) for i in range(3)
+    ]
+    k = jnp.where(lonely[0], 0, jnp.where(lonely[1], 1, jnp.where(lonely[2], 2, 0)))
+    tri_r = [pick(ops, k, *(tri[(i + j) % 3] for j in range(3))) for i in range(3)]
+    dist_r = [jnp.where(k == 0, dist[i], jnp.where(k == 1, dist[(i + 1) % 3], dist[(i + 2) % 3])) for i in range(3)]
 
     def end_point(i):
         denominator = dist_r[0] - dist_r[i]
         weight = safe_divide(dist_r[0], denominator, crosses & (denominator != 0))
-        point = tri_r[0] + weight * (tri_r[i] - tri_r[0])
-        return jnp.where(dist_r[i] == 0, tri_r[i], point)
+        point = ops.add(tri_r[0], ops.scale(ops.sub(tri_r[i], tri_r[0]), weight))
+        return ops.where(dist_r[i] == 0, tri_r[i], point)
 
     return end_point(1), end_point(2), crosses
 
 
-def _coplanar_overlap(u, v, normal):
+def _coplanar_overlap(ops, u, v, normal, eps):
     """Do two coplanar triangles overlap with positive area? (separating axes in the best 2-D chart)."""
-    axis = jnp.argmax(jnp.abs(normal))
-    first = jnp.where(axis == 0, 1, 0)
-    second = jnp.where(axis == 2, 1, 2)
+    magnitude = [jnp.abs(ops.coord(normal, c)) for c in range(3)]
+    axis = jnp.where(
+        (magnitude[0] >= magnitude[1]) & (magnitude[0] >= magnitude[2]),
+        0,
+        jnp.where(magnitude[1] >= magnitude[2], 1, 2),
+    )
 
-    def chart(tri):
-        return jnp.stack([tri[:, first], tri[:, second]], axis=1)
+    def chart(p):  # drop the axis along which the normal is largest
+        x, y, z = (ops.coord(p, c) for c in range(3))
+        return jnp.where(axis == 0, y, x), jnp.where(axis == 2, y, z)
 
-    u2, v2 = chart(u), chart(v)
-    edges = jnp.concatenate([jnp.roll(u2, -1, axis=0) - u2, jnp.roll(v2, -1, axis=0) - v2])
-    normals = jnp.stack([-edges[:, 1], edges[:, 0]], axis=1)  # (6, 2)
-    pu, pv = u2 @ normals.T, v2 @ normals.T  # (3, 6)
-    amount = jnp.minimum(pu.max(axis=0) - pv.min(axis=0), pv.max(axis=0) - pu.min(axis=0))
-    amount = amount / jnp.maximum(jnp.sqrt(jnp.sum(normals**2, axis=1)), jnp.finfo(u.dtype).tiny)
-    # An amount of exactly zero comes from shared coordinates (exact); a tiny nonzero one is rounding.
-    near = jnp.any((amount != 0) & (jnp.abs(amount) < _AMBIGUOUS_TOL * jnp.finfo(u.dtype).eps))
-    return ~jnp.any(amount <= 0), near
+    u2, v2 = [chart(p) for p in u], [chart(p) for p in v]
+    tiny = jnp.finfo(eps.dtype).tiny
+    overlap, near = True, False
+    for tri in (u2, v2):
+        for i in range(3):
+            edge = (tri[(i + 1) % 3][0] - tri[i][0], tri[(i + 1) % 3][1] - tri[i][1])
+            axis_2d = (-edge[1], edge[0])
+            pu = [p[0] * axis_2d[0] + p[1] * axis_2d[1] for p in u2]
+            pv = [p[0] * axis_2d[0] + p[1] * axis_2d[1] for p in v2]
+            amount = jnp.minimum(ops.maximum(*pu) - ops.minimum(*pv), ops.maximum(*pv) - ops.minimum(*pu))
+            amount = amount / jnp.maximum(jnp.sqrt(axis_2d[0] ** 2 + axis_2d[1] ** 2), tiny)
+            overlap = overlap & (amount > 0)
+            # An amount of exactly zero comes from shared coordinates (exact); a tiny nonzero one is rounding.
+            near = near | ((amount != 0) & (jnp.abs(amount) < _AMBIGUOUS_TOL * eps))
+    return overlap, near
 
 
-def _scaled_pair(u, v, eps):
+def _scaled_pair(ops, u, v, eps):
     """The pair in the exact frame of ``_frame``, bitwise vertex coincidences, both unit normals."""
-    same = jnp.all(u[:, None, :] == v[None, :, :], axis=-1)  # same[i, j]: u_i == v_j bitwise
-    centre, scale = _frame(u, v)
-    u = (u - centre) / scale
-    v = (v - centre) / scale
-    return same, u, v, scale, _unit_normal(u, eps), _unit_normal(v, eps)
+    u, v = ops.points(u), ops.points(v)
+    same = [
+        [ops.all_of(*(ops.coord(u[i], c) == ops.coord(v[j], c) for c in range(3))) for j in range(3)] for i in range(3)
+    ]
+    centre, scale = _frame(ops, u, v)
+    u = [ops.scale(ops.sub(p, centre), 1 / scale) for p in u]
+    v = [ops.scale(ops.sub(p, centre), 1 / scale) for p in v]
+    return same, u, v, scale, _unit_normal(ops, u, eps), _unit_normal(ops, v, eps)
 
 
-def _parts(u: Triangle, v: Triangle) -> _Parts:
+def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
     eps = eps_of(u)
-    same, u, v, scale, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(u, v, eps)
+    same, u, v, scale, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(ops, u, v, eps)
+    shared_u = [ops.any_of(*same[i]) for i in range(3)]
+    shared_v = [ops.any_of(*(same[i][j] for i in range(3))) for j in range(3)]
     snap = eps**2
-    dist_v = (v - u[0]) @ normal_u  # v's vertices against u's plane
-    dist_u = (u - v[0]) @ normal_v
-    dist_v = jnp.where(same.any(axis=0) | (jnp.abs(dist_v) <= snap), 0, dist_v)
-    dist_u = jnp.where(same.any(axis=1) | (jnp.abs(dist_u) <= snap), 0, dist_u)
+    dist_v = [ops.dot(ops.sub(p, u[0]), normal_u) for p in v]  # v's vertices against u's plane
+    dist_u = [ops.dot(ops.sub(p, v[0]), normal_v) for p in u]
+    dist_v = [jnp.where(shared_v[j] | (jnp.abs(d) <= snap), 0, d) for j, d in enumerate(dist_v)]
+    dist_u = [jnp.where(shared_u[i] | (jnp.abs(d) <= snap), 0, d) for i, d in enumerate(dist_u)]
+    dists = dist_u + dist_v
 
     tol = _COPLANAR_TOL * eps
-    coplanar = ok_u & ok_v & (jnp.max(jnp.abs(dist_u)) <= tol) & (jnp.max(jnp.abs(dist_v)) <= tol)
-    overlap_2d, near_2d = _coplanar_overlap(u, v, normal_u)
+    coplanar = ok_u & ok_v & (ops.maximum(*(jnp.abs(d) for d in dists)) <= tol)
+    overlap_2d, near_2d = _coplanar_overlap(ops, u, v, normal_u, eps)
     coplanar_overlap = coplanar & overlap_2d
 
-    pu0, pu1, crosses_u = _segment(u, dist_u)
-    pv0, pv1, crosses_v = _segment(v, dist_v)
-    direction, ok_d = safe_normalize(jnp.cross(normal_u, normal_v), eps**2)
+    pu0, pu1, crosses_u = _segment(ops, u, dist_u)
+    pv0, pv1, crosses_v = _segment(ops, v, dist_v)
+    normal_cross = ops.cross(normal_u, normal_v)
+    sine_sq = ops.dot(normal_cross, normal_cross)
+    ok_d = sine_sq > eps**2
+    direction = ops.scale(normal_cross, jnp.where(ok_d, lax.rsqrt(jnp.where(ok_d, sine_sq, 1)), 0))
     valid = crosses_u & crosses_v & ok_u & ok_v & ok_d & ~coplanar
 
-    points = jnp.stack([pu0, pu1, pv0, pv1])
-    t = (points - points.mean(axis=0)) @ direction  # used only to order the end points
-    a_lo, a_hi = jnp.where(t[0] <= t[1], pu0, pu1), jnp.where(t[0] <= t[1], pu1, pu0)
-    b_lo, b_hi = jnp.where(t[2] <= t[3], pv0, pv1), jnp.where(t[2] <= t[3], pv1, pv0)
+    mean = ops.scale(ops.add(ops.add(pu0, pu1), ops.add(pv0, pv1)), 0.25)
+    t = [ops.dot(ops.sub(p, mean), direction) for p in (pu0, pu1, pv0, pv1)]  # used only to order the end points
+    a_lo, a_hi = ops.where(t[0] <= t[1], pu0, pu1), ops.where(t[0] <= t[1], pu1, pu0)
+    b_lo, b_hi = ops.where(t[2] <= t[3], pv0, pv1), ops.where(t[2] <= t[3], pv1, pv0)
     # Differences of points, not of t: end points that are the same vertex give exactly zero
     # however the compiler evaluates the dot products (that is what makes shared vertices exact).
-    ends = jnp.stack([a_lo - b_hi, a_hi - b_lo, a_hi - a_lo, b_hi - b_lo]) @ direction
-    ends = jnp.where(valid, ends, 0)
+    ends = [ops.dot(ops.sub(p, q), direction) for p, q in ((a_lo, b_hi), (a_hi, b_lo), (a_hi, a_lo), (b_hi, b_lo))]
+    ends = [jnp.where(valid, e, 0) for e in ends]
 
     # Rounding distance: a vertex almost on the other plane, interval ends almost meeting (their
     # error grows like 1/sin(angle)), near-parallel planes, near-degenerate faces, close 2-D calls.
     tol = _AMBIGUOUS_TOL * eps
-    sine = jnp.sqrt(jnp.sum(jnp.cross(normal_u, normal_v) ** 2))
-    dists = jnp.concatenate([dist_u, dist_v])
-    near_plane = jnp.any((dists != 0) & (jnp.abs(dists) < tol))
+    sine = jnp.sqrt(sine_sq)
+    near_plane = ops.any_of(*((d != 0) & (jnp.abs(d) < tol) for d in dists))
+    any_nonzero = ops.any_of(*(d != 0 for d in dists))
     # An end that is exactly zero because the pair shares a vertex is exact, not rounding.
-    structural = same.any() & (ends[:2] == 0)
-    near_end = valid & jnp.any(~structural & (jnp.abs(ends[:2]) * sine < tol))
-    near_flat = ~coplanar & ok_u & ok_v & (sine < tol) & jnp.any(dists != 0)
+    shared = ops.any_of(*shared_u)
+    near_end = valid & ops.any_of(*(~(shared & (e == 0)) & (jnp.abs(e) * sine < tol) for e in ends[:2]))
+    near_flat = ~coplanar & ok_u & ok_v & (sine < tol) & any_nonzero
     thin = ~(
-        _unit_normal(u, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1] & _unit_normal(v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
+        _unit_normal(ops, u, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
+        & _unit_normal(ops, v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
     )
     ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v))
-    ends = ends * scale
+    ends = [e * scale for e in ends]
     return _Parts(
         tc0=ends[0],
         tc1=ends[1],
@@ -224,7 +247,7 @@ def interval(u: Triangle, v: Triangle) -> Interval:
 
     ```
     """
-    p = _parts(u, v)
+    p = _parts(AOS, u, v)
     return Interval(tc0=p.tc0, tc1=p.tc1, valid=p.valid)
 
 
@@ -243,32 +266,39 @@ def intersects(u: Triangle, v: Triangle) -> Bool[Array, ""]:
 
     ```
     """
-    p = _parts(u, v)
+    p = _parts(AOS, u, v)
     return (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap
 
 
-def clearly_apart(u: Triangle, v: Triangle) -> Bool[Array, ""]:
+def clearly_apart(u: Triangle, v: Triangle, layout=SOA) -> Bool[Array, ""]:
     """Cheap early-out: one triangle lies strictly on one side of the other's plane, beyond rounding.
 
     Vertices coinciding with a vertex of the other triangle are ignored (they are exactly on the
     plane), so vertex-sharing pairs are rejected too when the rest of one lies on one side.
+    Forward only, in the vectorised layout by default (see ``_vec3``).
     """
+    ops = layout
     eps = eps_of(u)
-    same, u, v, _, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(u, v, eps)
+    same, u, v, _, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(ops, u, v, eps)
     tol = _AMBIGUOUS_TOL * eps
 
     def one_side(tri, other, normal, ok, shared):
-        dist = (other - tri[0]) @ normal
-        positive = jnp.all((dist > tol) | shared)
-        negative = jnp.all((dist < -tol) | shared)
-        return ok & ~jnp.all(shared) & (positive | negative)
+        dist = [ops.dot(ops.sub(p, tri[0]), normal) for p in other]
+        positive = ops.all_of(*((d > tol) | s for d, s in zip(dist, shared, strict=True)))
+        negative = ops.all_of(*((d < -tol) | s for d, s in zip(dist, shared, strict=True)))
+        return ok & ~ops.all_of(*shared) & (positive | negative)
 
-    return one_side(u, v, normal_u, ok_u, same.any(axis=0)) | one_side(v, u, normal_v, ok_v, same.any(axis=1))
+    shared_u = [ops.any_of(*same[i]) for i in range(3)]
+    shared_v = [ops.any_of(*(same[i][j] for i in range(3))) for j in range(3)]
+    return one_side(u, v, normal_u, ok_u, shared_v) | one_side(v, u, normal_v, ok_v, shared_u)
 
 
-def classify(u: Triangle, v: Triangle):
-    """``(crossing, ambiguous)``: the float verdict of ``intersects`` and whether rounding could flip it."""
-    p = _parts(u, v)
+def classify(u: Triangle, v: Triangle, layout=SOA):
+    """``(crossing, ambiguous)``: the float verdict of ``intersects`` and whether rounding could flip it.
+
+    Forward only, in the vectorised layout by default (see ``_vec3``).
+    """
+    p = _parts(layout, u, v)
     return (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap, p.ambiguous
 
 
@@ -308,7 +338,7 @@ def crossing_length(u: Triangle, v: Triangle) -> Scalar:
     gradient does not fade as it does, which is why the untangling solver descends on it. 0 when the
     pair does not cross.
     """
-    p = _parts(u, v)
+    p = _parts(AOS, u, v)
     length = jnp.minimum(jnp.minimum(p.tc1, -p.tc0), jnp.minimum(p.length_a, p.length_b))
     return jnp.where(p.valid & (p.tc0 < 0) & (p.tc1 > 0), length, 0)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _exact
 from ._broad_phase import CandidatePairs, candidate_pairs, stream_compact
+from ._distance import barrier, pair_barrier, primitive_distances_sq
 from ._kernels import classify, clearly_apart, crossing_length, gauss_newton_factor, pair_energy
 from ._types import Array, Faces, Float, Int, Vertices
 
@@ -214,52 +215,172 @@ def hessian_vector_product(system: PairSystem, x: Float[Array, "V 3"]) -> Float[
     return scatter_to_vertices(out, system.corners, x.shape[0])
 
 
+# ----------------------------------------------------------------------------- barrier (near pairs)
+
+
+def shared_vertices(faces: Faces, pairs: Int[Array, "P 2"]):
+    """``(P, 3, 3)`` bool: vertex ``i`` of each pair's first face is vertex ``j`` of its second."""
+    corners = faces[jnp.maximum(pairs, 0)]
+    return corners[:, 0, :, None] == corners[:, 1, None, :]
+
+
+def barrier_energy(vertices, faces, pairs, mask, dhat):
+    """$\\sum$ of [`pair_barrier`][tritri_jax._distance.pair_barrier] over the given pairs (distances in ``dhat``)."""
+    u, v = pair_triangles(vertices, faces, pairs)
+    values = jax.vmap(pair_barrier, in_axes=(0, 0, 0, None))(u, v, shared_vertices(faces, pairs), dhat**2)
+    return jnp.sum(jnp.where(mask, values, 0))
+
+
+class BlockSystem(NamedTuple):
+    """A sum of dense per-pair 18 x 18 blocks: ``blocks[p]`` acts on the six corners ``corners[p]``."""
+
+    corners: Int[Array, "P 6"]
+    blocks: Float[Array, "P 18 18"]
+
+
+def _barrier_block(u, v, same, dhat_sq):
+    """Gauss-Newton block of one pair's barrier: $\\sum_k m_k\\, b''(r_k)\\, \\nabla r_k \\nabla r_k^T$ (PSD)."""
+
+    def ratios(x):
+        dist, counted, molli = primitive_distances_sq(x[:9].reshape(3, 3), x[9:].reshape(3, 3), same)
+        r = dist / dhat_sq
+        return r, (r, counted, molli)
+
+    x = jnp.concatenate([u.reshape(-1), v.reshape(-1)])
+    jacobian, (r, counted, molli) = jax.jacfwd(ratios, has_aux=True)(x)
+    curvature = jax.vmap(jax.grad(jax.grad(barrier)))(r)
+    weight = jnp.where(counted, molli * curvature, 0.0)
+    return jnp.einsum("kn,k,km->nm", jacobian, weight, jacobian)
+
+
+def barrier_gauss_newton(vertices, faces, pairs, mask, dhat) -> BlockSystem:
+    """PSD Gauss-Newton blocks of ``barrier_energy`` over the given pairs (zero where ``mask`` is false)."""
+    u, v = pair_triangles(vertices, faces, pairs)
+    blocks = jax.vmap(_barrier_block, in_axes=(0, 0, 0, None))(u, v, shared_vertices(faces, pairs), dhat**2)
+    corners = faces[jnp.maximum(pairs, 0)].reshape(-1, 6)
+    return BlockSystem(corners, jnp.where(mask[:, None, None], blocks, 0))
+
+
+def block_vector_product(system: BlockSystem, x: Float[Array, "V 3"]) -> Float[Array, "V 3"]:
+    """$\\left(\\sum_p H_p\\right) x$ for a [`BlockSystem`][tritri_jax._mesh_energy.BlockSystem]."""
+    local = x[system.corners].reshape(-1, 18)
+    return scatter_to_vertices(jnp.einsum("pnm,pm->pn", system.blocks, local), system.corners, x.shape[0])
+
+
 # ----------------------------------------------------------------------------- detection
 
 
 _candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
 
 
-def _detect_device(vertices, faces, *, capacity, survivor_capacity, cell_size, skip_vertex_adjacent):
-    """Broad phase, plane-side early-out and float kernel, all on the device, each stage streamed over
-    the previous stage's actual count (not its capacity). Returns the pairs the kernel calls crossing
-    or ambiguous, with both flags, and the counts that tell the caller which buffer overflowed."""
+class Detection(NamedTuple):
+    """What the device part of detection found (fixed shapes; for the solver and ``detect``).
+
+    ``pairs`` ``(flagged_capacity, 2)``: the candidate pairs that the float kernel calls crossing or
+    ambiguous (within rounding distance of flipping), with both verdicts in ``crossing`` and
+    ``ambiguous``; rows past ``num_flagged`` are padding. The three counts are true counts even past
+    their buffers, so a caller can tell which buffer to grow.
+    """
+
+    pairs: Int[Array, "K 2"]
+    crossing: Array
+    ambiguous: Array
+    num_flagged: Int[Array, ""]
+    num_candidates: Int[Array, ""]
+    num_survivors: Int[Array, ""]
+
+    def mask(self):
+        """Which rows of ``pairs`` hold a pair."""
+        return jnp.arange(self.pairs.shape[0]) < jnp.minimum(self.num_flagged, self.pairs.shape[0])
+
+    def overflowed(self, capacity, survivor_capacity):
+        return (
+            (self.num_candidates > capacity)
+            | (self.num_survivors > survivor_capacity)
+            | (self.num_flagged > self.pairs.shape[0])
+        )
+
+
+def detect_on_device(
+    vertices,
+    faces,
+    *,
+    capacity: int,
+    survivor_capacity: int,
+    flagged_capacity: int,
+    cell_size=None,
+    skip_vertex_adjacent: bool = False,
+    include_shared_edges: bool = True,
+) -> Detection:
+    """Broad phase, plane-side early-out and float kernel, all inside ``jit``, each stage streamed over
+    the previous stage's actual count (not its capacity), so that the kernels run on the few pairs
+    that need them."""
     candidates = candidate_pairs(
         vertices,
         faces,
         capacity=capacity,
         cell_size=cell_size,
         skip_vertex_adjacent=skip_vertex_adjacent,
-        include_shared_edges=True,
+        include_shared_edges=include_shared_edges,
     )
-    num_candidates = jnp.minimum(candidates.count, capacity)
-    chunk = 1 << 15
+    return judge_pairs(
+        vertices,
+        faces,
+        candidates.pairs,
+        candidates.count,
+        survivor_capacity=survivor_capacity,
+        flagged_capacity=flagged_capacity,
+    )
+
+
+def judge_pairs(
+    vertices, faces, pairs, count, *, survivor_capacity: int, flagged_capacity: int, keep_ambiguous: bool = True
+) -> Detection:
+    """The early-out and float kernel of ``detect_on_device`` on a given pair list (its first ``count``
+    rows). With ``keep_ambiguous=False`` only crossing pairs are kept, so ``num_flagged`` counts them."""
+    capacity = pairs.shape[0]
+    num_candidates = jnp.minimum(count, capacity)
+    chunk = min(1 << 15, _bucket(faces.shape[0]), _bucket(capacity))
 
     def survive(slot):
-        pairs = candidates.pairs[jnp.minimum(slot, capacity - 1)]
-        u, v = pair_triangles(vertices, faces, pairs)
-        return (slot < num_candidates) & ~jax.vmap(clearly_apart)(u, v), pairs
+        rows = pairs[jnp.minimum(slot, capacity - 1)]
+        u, v = pair_triangles(vertices, faces, rows)
+        return (slot < num_candidates) & ~jax.vmap(clearly_apart)(u, v), rows
 
     empty = jnp.full((survivor_capacity, 2), -1, jnp.int32)
     survivors, num_survivors = stream_compact(survive, num_candidates, chunk, empty)
     stored = jnp.minimum(num_survivors, survivor_capacity)
 
     def judge(slot):
-        pairs = survivors[jnp.minimum(slot, survivor_capacity - 1)]
-        u, v = pair_triangles(vertices, faces, pairs)
+        rows = survivors[jnp.minimum(slot, survivor_capacity - 1)]
+        u, v = pair_triangles(vertices, faces, rows)
         crossing, ambiguous = jax.vmap(classify)(u, v)
-        return (slot < stored) & (crossing | ambiguous), (pairs, crossing, ambiguous)
+        keep = (crossing | ambiguous) if keep_ambiguous else crossing
+        return (slot < stored) & keep, (rows, crossing, ambiguous)
 
-    flagged = (empty, jnp.zeros(survivor_capacity, bool), jnp.zeros(survivor_capacity, bool))
-    (pairs, crossing, ambiguous), num_flagged = stream_compact(judge, stored, chunk, flagged)
-    return pairs, crossing, ambiguous, num_flagged, candidates.count, num_survivors
+    flagged = (
+        jnp.full((flagged_capacity, 2), -1, jnp.int32),
+        jnp.zeros(flagged_capacity, bool),
+        jnp.zeros(flagged_capacity, bool),
+    )
+    (rows, crossing, ambiguous), num_flagged = stream_compact(judge, stored, chunk, flagged)
+    return Detection(rows, crossing, ambiguous, num_flagged, count, num_survivors)
 
 
-_detect_device_jit = jax.jit(_detect_device, static_argnames=("capacity", "survivor_capacity", "skip_vertex_adjacent"))
+_detect_on_device_jit = jax.jit(
+    detect_on_device,
+    static_argnames=(
+        "capacity",
+        "survivor_capacity",
+        "flagged_capacity",
+        "skip_vertex_adjacent",
+        "include_shared_edges",
+    ),
+)
 
 
 def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):
-    """Eager detection: the device pipeline of ``_detect_device`` with capacities grown on overflow,
+    """Eager detection: the device pipeline of ``detect_on_device`` with capacities grown on overflow,
     then exact settling of the ambiguous pairs on the host.
 
     Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
@@ -267,23 +388,31 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
     num_faces = faces.shape[0]
     capacity = capacity or _default_capacity(num_faces)
     survivor_capacity = _bucket(2 * num_faces)
+    flagged_capacity = _bucket(num_faces // 4)
     while True:
-        pairs, crossing, ambiguous, num_flagged, num_candidates, num_survivors = _detect_device_jit(
+        found = _detect_on_device_jit(
             vertices,
             faces,
             capacity=capacity,
             survivor_capacity=survivor_capacity,
+            flagged_capacity=flagged_capacity,
             cell_size=cell_size,
             skip_vertex_adjacent=skip_vertex_adjacent,
         )
-        if int(num_candidates) > capacity:
-            capacity = _bucket(int(num_candidates))
-        elif int(num_survivors) > survivor_capacity:
-            survivor_capacity = _bucket(int(num_survivors))
+        if int(found.num_candidates) > capacity:
+            capacity = _bucket(int(found.num_candidates))
+        elif int(found.num_survivors) > survivor_capacity:
+            survivor_capacity = _bucket(int(found.num_survivors))
+        elif int(found.num_flagged) > flagged_capacity:
+            flagged_capacity = _bucket(int(found.num_flagged))
         else:
             break
-    n = int(num_flagged)
-    pairs, crossing, ambiguous = np.asarray(pairs[:n]), np.array(crossing[:n]), np.asarray(ambiguous[:n])
+    n = int(found.num_flagged)
+    pairs, crossing, ambiguous = (
+        np.asarray(found.pairs[:n]),
+        np.array(found.crossing[:n]),
+        np.asarray(found.ambiguous[:n]),
+    )
     if ambiguous.any():
         v, f = np.asarray(vertices, np.float64), np.asarray(faces)
         for k in np.flatnonzero(ambiguous):
