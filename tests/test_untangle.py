@@ -55,8 +55,14 @@ def test_a_budget_too_small_reports_failure_not_success():
 def test_relax_restores_shape_and_stays_certified():
     vertices, faces = tt.scenes.two_spheres(6)
     raw = tt.untangle(vertices, faces, relax=False)
-    relaxed = tt.untangle(vertices, faces)
+    reports = []
+    relaxed = tt.untangle(vertices, faces, progress=lambda *report: reports.append(report))
     _assert_certified(relaxed, faces)
+    assert reports[-1] == ("relax", int(relaxed.relax_iterations), int(relaxed.relax_iterations))
+    assert reports[0][0] == "untangle" and reports[-2] == ("untangle", int(relaxed.iterations), 0)
+    lengths = np.asarray(relaxed.history_length)
+    assert lengths.shape == np.asarray(relaxed.history).shape and np.all(lengths > 0)
+    assert bool(relaxed.relax_converged) and relaxed.options == tt.UntangleOptions()
     assert int(relaxed.relax_iterations) > 0
     assert float(relaxed.relax_gradient_norm) < 1e-6  # a stationary point (dimensionless units)
     assert float(relaxed.mean_displacement) < float(raw.mean_displacement)
@@ -92,3 +98,5 @@ def test_paper_route_runs_and_reports_honestly():
     assert bool(result.converged) == (int(result.num_intersections) == 0)
     with pytest.raises(ValueError, match="method"):
         tt.untangle(vertices, faces, method="magic")
+    with pytest.raises(ValueError, match="unknown option.*step_size"):
+        tt.untangle(vertices, faces, step_size=0.1)

@@ -22,6 +22,7 @@ from ._mesh_energy import intersection_energy as intersection_energy
 from ._mesh_energy import pair_system as pair_system
 from ._newton import NewtonResult as NewtonResult
 from ._newton import newton_cg as newton_cg
+from ._untangle import UntangleOptions as UntangleOptions
 from ._untangle import UntangleResult as UntangleResult
 from ._untangle import untangle as untangle
 

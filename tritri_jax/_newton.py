@@ -74,6 +74,7 @@ def newton_cg(
     *,
     hessian: Callable | None = None,
     accept: Callable | None = None,
+    prepare: Callable | None = None,
     max_iters: int = 50,
     cg_iters: int = 100,
     cg_rtol: float = 1e-2,
@@ -92,7 +93,11 @@ def newton_cg(
       semi-definite (a Gauss-Newton operator, say); default: the exact Hessian by linearising the
       gradient (CG stops on negative curvature).
     - ``accept``: ``x_trial -> bool``; trial points it rejects are never taken (e.g. "creates no
-      crossing"). Default: accept all.
+      crossing"). It is asked only about trials that already satisfy the Armijo condition.
+      Default: accept all.
+    - ``prepare``: ``x -> aux`` (a PyTree), computed once per accepted point and passed as a second
+      argument to ``energy``, ``hessian`` and ``accept`` (a neighbour list valid for the whole line
+      search, say; ``grad`` is taken in ``x`` only). Default: none, and the callables take ``x`` alone.
     - ``max_iters``, ``cg_iters``, ``cg_rtol``: Newton and CG budgets; CG's relative tolerance.
     - ``tol``: stop when $\\max |g| <$ ``tol``.
     - ``max_step``: cap on the largest row norm of each step (rows of ``x`` are points), or ``None``.
@@ -107,24 +112,30 @@ def newton_cg(
 
     ```
     """
-    grad = jax.grad(energy)
+    if prepare is None:
+        f, h, a = energy, hessian, accept
+        energy = lambda x, _: f(x)  # noqa: E731
+        hessian = None if h is None else (lambda x, _: h(x))
+        accept = None if a is None else (lambda x, _: a(x))
+        prepare = lambda x: None  # noqa: E731
+    value_and_grad = jax.value_and_grad(energy)
     if hessian is None:
 
-        def hessian(x):
-            return jax.linearize(grad, x)[1]
+        def hessian(x, aux):
+            return jax.linearize(lambda y: value_and_grad(y, aux)[1], x)[1]
 
     if accept is None:
 
-        def accept(x):
+        def accept(x, aux):
             return jnp.bool_(True)
 
     def cond(state):
-        x, e, g, k, cg_total, stalled = state
+        x, aux, e, g, k, cg_total, stalled = state
         return (k < max_iters) & (jnp.max(jnp.abs(g)) >= tol) & ~stalled
 
     def body(state):
-        x, e, g, k, cg_total, _ = state
-        operator = hessian(x)
+        x, aux, e, g, k, cg_total, _ = state
+        operator = hessian(x, aux)
         d, cg_k = conjugate_gradient(lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=cg_rtol)
         slope = jnp.sum(g * d)
         d = jnp.where(slope < 0, d, -g)  # never go uphill
@@ -141,19 +152,25 @@ def newton_cg(
         def ls_body(ls):
             alpha, _, _, _, j = ls
             trial = x + alpha * d
-            e_trial = energy(trial)
-            ok = (e_trial <= e + 1e-4 * alpha * slope) & jnp.isfinite(e_trial) & accept(trial)
+            e_trial = energy(trial, aux)
+            armijo = (e_trial <= e + 1e-4 * alpha * slope) & jnp.isfinite(e_trial)
+            ok = lax.cond(armijo, lambda: accept(trial, aux), lambda: jnp.bool_(False))
             return jnp.where(ok, alpha, alpha / 2), trial, e_trial, ok, j + 1
 
         one = jnp.ones((), e.dtype)
-        _, trial, e_trial, ok, _ = lax.while_loop(ls_cond, ls_body, (one, x, e, jnp.bool_(False), jnp.int32(0)))
-        x = jnp.where(ok, trial, x)
-        e = jnp.where(ok, e_trial, e)
-        g = jnp.where(ok, grad(x), g)
-        return x, e, g, k + ok.astype(jnp.int32), cg_total + cg_k, ~ok
+        _, trial, _, ok, _ = lax.while_loop(ls_cond, ls_body, (one, x, e, jnp.bool_(False), jnp.int32(0)))
 
-    e0 = energy(x0)
-    state = (x0, e0, grad(x0), jnp.int32(0), jnp.int32(0), jnp.bool_(False))
-    x, e, g, k, cg_total, stalled = lax.while_loop(cond, body, state)
+        def moved():
+            aux_new = prepare(trial)
+            e_new, g_new = value_and_grad(trial, aux_new)
+            return trial, aux_new, e_new, g_new
+
+        x, aux, e, g = lax.cond(ok, moved, lambda: (x, aux, e, g))
+        return x, aux, e, g, k + ok.astype(jnp.int32), cg_total + cg_k, ~ok
+
+    aux0 = prepare(x0)
+    e0, g0 = value_and_grad(x0, aux0)
+    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False))
+    x, _, e, g, k, cg_total, stalled = lax.while_loop(cond, body, state)
     gnorm = jnp.max(jnp.abs(g))
     return NewtonResult(x, e, gnorm, k, cg_total, gnorm < tol, stalled)

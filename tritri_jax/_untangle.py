@@ -1,33 +1,31 @@
-"""Layer 4/5: untangling, phase 1: smoothed descent on the intersection-curve length.
+"""Layer 4/5: ``untangle``: phase 1 (smoothed descent on the intersection-curve length), phase 2
+(``_relax``), the implicit VJP, and the paper's route for comparison.
 
-Recipe (DESIGN.md §1, "What did reach zero"): on a mesh scaled to unit bounding-box diagonal, with
-``h`` its mean edge length, each step
+Phase 1 recipe (DESIGN.md §1, "What did reach zero"): on a mesh scaled to unit bounding-box
+diagonal, with ``h`` its mean edge length, each step
 
-1. re-detects the crossing pairs (broad phase + float predicate, inside ``jit``);
-2. takes the gradient ``g`` of the summed crossing-segment length $\\sum \\ell$ (it vanishes
-   continuously as a crossing shrinks or a poke retracts, and does not fade);
+1. re-detects the crossing pairs (broad phase, plane-side early-out and float predicate, inside
+   ``jit``, each stage on the previous one's survivors only);
+2. takes the gradient ``g`` of the summed crossing-segment length $\\sum \\ell$ on the crossing
+   pairs (it vanishes continuously as a crossing shrinks or a poke retracts, and does not fade);
 3. smooths it in the metric of the mesh Laplacian, $d = -(I + \\lambda L)^{-2} g$, two matrix-free
    CG solves ("large steps", Nicolet et al. 2021);
 4. scales the step so the largest vertex move is ``step_fraction * h`` (no line search);
 5. halves $\\lambda$ (down to ``min_smoothing``) when ``patience`` steps set no new minimum of the
-   crossing count, and keeps the best state seen.
+   crossing count, and keeps the best state seen;
 6. if ``max_steps`` pass without reaching zero, starts over from the input with half the step
    (``restarts`` times): measured, a fixed 0.2 h step left the three-twist knot oscillating around
    50 pairs for 400 steps, while 0.1 h untangled it in 30 (docs/untangling.md).
 
 It stops when the float predicate finds no crossing pair; the eager wrapper then certifies the
 result with the exact detection of ``find_intersections`` and resumes if that disagrees.
-Phase 2 relaxes the result: inexact Newton-CG on elastic energy (springs, bending, a weak pull to
-the input) plus a margin energy on pairs closer than ``margin * h``, with every line-search trial
-that creates a crossing rejected, to a stationary point. There ``untangle`` is differentiable by the
-implicit function theorem (one adjoint CG solve), not by differentiating iterations.
 """
 
-import math
+import dataclasses
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,19 +34,57 @@ from jax.scipy.sparse.linalg import cg
 
 from ._broad_phase import candidate_pairs
 from ._elastic import elastic_energy, elastic_gauss_newton, laplacian, rest_shape, unique_edges
-from ._kernels import crossing_length, intersects
 from ._mesh_energy import (
+    _bucket,
     check_mesh,
+    detect_on_device,
     find_intersections,
     hessian_vector_product,
     pair_mask,
     pair_system,
-    pair_triangles,
     pairs_energy,
-    scatter_to_vertices,
 )
-from ._newton import conjugate_gradient, newton_cg
+from ._newton import newton_cg
+from ._relax import RelaxSetup, adjoint_jit, close_count_jit, relax_jit
 from ._types import Array, Bool, Float, Int
+
+
+class UntangleOptions(NamedTuple):
+    """The options of [`untangle`][tritri_jax.untangle] (its keyword arguments), with their defaults.
+
+    Phase 1: ``max_steps`` per attempt; ``restarts``: attempts after the first that did not reach zero,
+    each from the input with half the step; ``smoothing``: the initial $\\lambda$ of $(I + \\lambda L)^{-2}$,
+    halved down to ``min_smoothing`` after ``patience`` steps without a new minimum; ``step_fraction``:
+    the largest vertex move per step, in mean edge lengths ``h``; ``cg_iters`` per smoothing solve.
+    ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
+    $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
+    Phase 2: ``relax`` (run it); ``relax_iters`` Gauss-Newton steps then ``relax_polish`` exact-Hessian
+    steps, ``relax_cg_iters`` CG iterations each; ``bending`` and ``pull`` weights of the elastic
+    energy; ``margin``: the barrier's reach $\\hat d$ in ``h``; ``barrier_weight`` $\\kappa$;
+    ``relax_step``: the largest vertex move per Newton step, in ``h``.
+    ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
+    """
+
+    max_steps: int = 150
+    restarts: int = 2
+    smoothing: float = 20.0
+    min_smoothing: float = 1.25
+    step_fraction: float = 0.2
+    patience: int = 10
+    cg_iters: int = 50
+    method: str = "length"
+    paper_rounds: int = 6
+    paper_kappa: float = 1.0
+    relax: bool = True
+    relax_iters: int = 30
+    relax_polish: int = 5
+    relax_cg_iters: int = 100
+    bending: float = 1.0
+    pull: float = 1e-2
+    margin: float = 0.1
+    barrier_weight: float = 1e-2
+    relax_step: float = 0.5
+    capacity: int | None = None
 
 
 class UntangleResult(NamedTuple):
@@ -56,14 +92,19 @@ class UntangleResult(NamedTuple):
 
     - ``vertices``: ``(V, 3)`` the untangled positions (the best state found), in the input's frame.
     - ``converged``: the exact detection finds no crossing pair in ``vertices``.
-    - ``iterations``: phase-1 steps taken, over all attempts; ``relax_iterations``, ``relax_cg_iterations``: phase 2's.
+    - ``iterations``: phase-1 steps taken, over all attempts; ``relax_iterations``, ``relax_cg_iterations``:
+      phase 2's Newton steps and their CG iterations.
     - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
-      (for ``method="paper"``: the count after each kappa round).
+      (for ``method="paper"``: the count after each kappa round); ``history_length``: the
+      intersection curve's length $\\sum \\ell$ there (in the input's units), what phase 1 descends on.
     - ``max_displacement``, ``mean_displacement``: vertex moves relative to the bounding-box diagonal.
     - ``worst_edge_ratio``: the smallest of (edge length / input length) and its inverse.
-    - ``relax_energy``, ``relax_gradient_norm``: phase 2's energy and max-norm gradient at the end.
+    - ``relax_energy``, ``relax_gradient_norm``: phase 2's energy and max-norm gradient at the end
+      (NaN when phase 2 did not run); ``relax_converged``: that gradient is below ``1e-6``, a
+      stationary point, where the implicit gradient is available.
     - ``seconds``: wall time of the solve (compile included on the first call of a shape).
+    - ``options``: the [`UntangleOptions`][tritri_jax.UntangleOptions] used.
     """
 
     vertices: Float[Array, "V 3"]
@@ -71,6 +112,7 @@ class UntangleResult(NamedTuple):
     iterations: Int[Array, ""]
     num_intersections: Int[Array, ""]
     history: Int[Array, " steps"]
+    history_length: Float[Array, " steps"]
     max_displacement: Float[Array, ""]
     mean_displacement: Float[Array, ""]
     worst_edge_ratio: Float[Array, ""]
@@ -78,7 +120,46 @@ class UntangleResult(NamedTuple):
     relax_cg_iterations: Int[Array, ""]
     relax_energy: Float[Array, ""]
     relax_gradient_norm: Float[Array, ""]
+    relax_converged: Bool[Array, ""]
     seconds: float
+    options: UntangleOptions
+
+
+_STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
+
+
+class _Capacities(NamedTuple):
+    """Static buffer sizes of the detection inside phase 1 (grown by the eager wrapper)."""
+
+    candidates: int
+    survivors: int
+    flagged: int
+
+    @staticmethod
+    def for_faces(num_faces, candidates=None):
+        return _Capacities(candidates or _bucket(16 * num_faces), _bucket(2 * num_faces), _bucket(num_faces // 4))
+
+    def doubled(self):
+        return _Capacities(*(2 * c for c in self))
+
+
+def _crossing_pairs(x, faces, capacities: _Capacities):
+    """The pairs the float predicate calls crossing (``pairs``, ``crossing`` mask) and an overflow flag."""
+    found = detect_on_device(
+        x,
+        faces,
+        capacity=capacities.candidates,
+        survivor_capacity=capacities.survivors,
+        flagged_capacity=capacities.flagged,
+        include_shared_edges=False,
+    )
+    crossing = found.crossing & found.mask()
+    return found.pairs, crossing, found.overflowed(capacities.candidates, capacities.survivors)
+
+
+def _length_gradient(x, faces, pairs, crossing):
+    """The intersection-curve length $\\sum \\ell$ over the crossing pairs, and its gradient."""
+    return jax.value_and_grad(pairs_energy)(x, faces, pairs, crossing, measure="length")
 
 
 class _State(NamedTuple):
@@ -90,27 +171,15 @@ class _State(NamedTuple):
     stall: Array
     step: Array
     history: Array
+    lengths: Array
     overflowed: Array
 
 
-def _crossings(x, faces, capacity):
-    candidates = candidate_pairs(x, faces, capacity=capacity)
-    u, v = pair_triangles(x, faces, candidates.pairs)
-    crossing = jax.vmap(intersects)(u, v) & pair_mask(candidates)
-    return candidates, u, v, crossing
-
-
-def _length_gradient(x, faces, candidates, u, v, crossing):
-    gu, gv = jax.vmap(jax.grad(crossing_length, argnums=(0, 1)))(u, v)
-    g = jnp.concatenate([gu, gv], axis=1).reshape(-1, 18)
-    g = jnp.where(crossing[:, None], g, 0)
-    corners = faces[jnp.maximum(candidates.pairs, 0)].reshape(-1, 6)
-    return scatter_to_vertices(g, corners, x.shape[0])
-
-
 def _phase1(
-    x0, faces, edges, degree, h, state, step_fraction, *, capacity, max_steps, min_smoothing, patience, cg_iters
+    x0, faces, edges, degree, h, state, step_fraction, step_limit, *, capacities, min_smoothing, patience, cg_iters
 ):
+    """Phase-1 steps from ``state`` until no float crossing, ``step_limit`` steps, or an overflow."""
+
     def smooth(g, lam):
         def op(y):
             return y + lam * laplacian(y, edges, degree)
@@ -120,10 +189,10 @@ def _phase1(
         return y
 
     def cond(s):
-        return (s.step < max_steps) & (s.count != 0) & ~s.overflowed
+        return (s.step < step_limit) & (s.count != 0) & ~s.overflowed
 
     def body(s):
-        candidates, u, v, crossing = _crossings(s.x, faces, capacity)
+        pairs, crossing, overflowed = _crossing_pairs(s.x, faces, capacities)
         count = jnp.sum(crossing).astype(jnp.int32)
         improved = count < s.best_count
         best_x = jnp.where(improved, s.x, s.best_x)
@@ -131,11 +200,11 @@ def _phase1(
         stall = jnp.where(improved, 0, s.stall + 1)
         lam = jnp.where(stall >= patience, jnp.maximum(s.smoothing / 2, min_smoothing), s.smoothing)
         stall = jnp.where(stall >= patience, 0, stall)
-        g = _length_gradient(s.x, faces, candidates, u, v, crossing)
+        length, g = _length_gradient(s.x, faces, pairs, crossing)
         d = -smooth(g, lam)
         largest = jnp.max(jnp.sqrt(jnp.sum(d * d, axis=1)))
         d = d * jnp.where(largest > 0, step_fraction * h / jnp.where(largest > 0, largest, 1), 0)
-        moving = (count > 0) & ~candidates.overflowed
+        moving = (count > 0) & ~overflowed
         return _State(
             x=jnp.where(moving, s.x + d, s.x),
             best_x=best_x,
@@ -145,100 +214,36 @@ def _phase1(
             stall=stall,
             step=s.step + moving.astype(jnp.int32),
             history=s.history.at[s.step].set(count, mode="drop"),
-            overflowed=candidates.overflowed,
+            lengths=s.lengths.at[s.step].set(length, mode="drop"),
+            overflowed=overflowed,
         )
 
     return lax.while_loop(cond, body, state)
 
 
-_phase1_jit = jax.jit(_phase1, static_argnames=("capacity", "max_steps", "min_smoothing", "patience", "cg_iters"))
+_phase1_jit = jax.jit(_phase1, static_argnames=("capacities", "min_smoothing", "patience", "cg_iters"))
 
 
-class _RelaxSetup(eqx.Module):
-    faces: Array
-    edges: Array
-    capacity: int = eqx.field(static=True)
-    bending: float
-    pull: float
-    margin: float
-    margin_weight: float
-
-
-def _relax_energy(x, theta, setup, pairs, mask):
-    """Elastic energy to the rest shape ``theta`` plus the margin energy on the given pairs."""
-    rest = rest_shape(theta, setup.edges)
-    elastic = elastic_energy(x, rest, bending=setup.bending, pull=setup.pull)
-    near = pairs_energy(x, setup.faces, pairs, mask, margin=setup.margin * rest.h)
-    return elastic + setup.margin_weight * near / rest.h**4
-
-
-def _near_pairs(x, setup):
-    candidates = candidate_pairs(lax.stop_gradient(x), setup.faces, capacity=setup.capacity)
-    return candidates.pairs, pair_mask(candidates), candidates.overflowed
-
-
-def _relax(x1, theta, setup: _RelaxSetup, iters: int, polish: int, cg_iters: int):
-    """Phase 2: Gauss-Newton-CG, then exact-Hessian Newton to polish the stationary point."""
-    rest = rest_shape(theta, setup.edges)
-
-    def energy(x):
-        pairs, mask, _ = _near_pairs(x, setup)
-        return _relax_energy(x, theta, setup, pairs, mask)
-
-    def gauss_newton(x):
-        pairs, mask, _ = _near_pairs(x, setup)
-        elastic = elastic_gauss_newton(x, rest, bending=setup.bending, pull=setup.pull)
-        system = pair_system(x, setup.faces, pairs, mask, margin=setup.margin * rest.h)
-        weight = setup.margin_weight / rest.h**4
-        return lambda v: elastic(v) + weight * hessian_vector_product(system, v)
-
-    def accept(x):
-        candidates, _, _, crossing = _crossings(x, setup.faces, setup.capacity)
-        return ~jnp.any(crossing) & ~candidates.overflowed
-
-    options = dict(accept=accept, cg_iters=cg_iters, max_step=0.5 * rest.h, tol=1e-10 / rest.h, damping=1e-10)
-    first = newton_cg(energy, x1, hessian=gauss_newton, max_iters=iters, **options)
-    second = newton_cg(energy, first.x, max_iters=polish, **options)
-    return first, second
-
-
-_relax_jit = jax.jit(_relax, static_argnames=("iters", "polish", "cg_iters"))
-
-
-def _adjoint(x_star, theta, setup, cotangent, cg_iters):
-    """Implicit-function VJP: solve $H \\lambda = \\bar x$, return $-(\\partial_\\theta \\nabla_x E)^T \\lambda$."""
-    pairs, mask, _ = _near_pairs(x_star, setup)
-
-    def gradient(x, th):
-        return jax.grad(_relax_energy)(x, th, setup, pairs, mask)
-
-    _, hvp = jax.linearize(lambda x: gradient(x, theta), x_star)
-    lam, _ = conjugate_gradient(lambda v: hvp(v) + 1e-12 * v, cotangent, maxiter=cg_iters, rtol=1e-12)
-    _, vjp = jax.vjp(lambda th: gradient(x_star, th), theta)
-    return -vjp(lam)[0]
-
-
-def _paper_route(theta, setup: _RelaxSetup, kappa, *, rounds: int, iters: int, growth: float, cg_iters: int):
+def _paper_route(theta, setup: RelaxSetup, capacities, kappa, *, rounds: int, iters: int, growth: float, cg_iters: int):
     """The paper's route: Newton on elastic + kappa * sum T, Gauss-Newton pair blocks, CG, a line
     search that scores trial points with the pairs detected there, kappa continuation. No step is
     rejected for creating crossings (the paper has no such rule); the step is capped at 0.5 h."""
     rest = rest_shape(theta, setup.edges)
 
-    def counts(x):
-        return jnp.sum(_crossings(x, setup.faces, setup.capacity)[3]).astype(jnp.int32)
+    def near(y):
+        candidates = candidate_pairs(lax.stop_gradient(y), setup.faces, capacity=capacities.candidates)
+        return candidates.pairs, pair_mask(candidates)
 
     def one_round(carry, _):
         x, kappa = carry
 
         def energy(y):
-            pairs, mask, _ = _near_pairs(y, setup)
             elastic = elastic_energy(y, rest, bending=setup.bending, pull=setup.pull)
-            return elastic + kappa * pairs_energy(y, setup.faces, pairs, mask) / rest.h**4
+            return elastic + kappa * pairs_energy(y, setup.faces, *near(y)) / rest.h**4
 
         def gauss_newton(y):
-            pairs, mask, _ = _near_pairs(y, setup)
             elastic = elastic_gauss_newton(y, rest, bending=setup.bending, pull=setup.pull)
-            system = pair_system(y, setup.faces, pairs, mask)
+            system = pair_system(y, setup.faces, *near(y))
             return lambda v: elastic(v) + kappa / rest.h**4 * hessian_vector_product(system, v)
 
         result = newton_cg(
@@ -251,48 +256,31 @@ def _paper_route(theta, setup: _RelaxSetup, kappa, *, rounds: int, iters: int, g
             tol=1e-10 / rest.h,
             damping=1e-10,
         )
-        return (result.x, kappa * growth), (counts(result.x), result.iterations, result.cg_iterations)
+        pairs, crossing, _ = _crossing_pairs(result.x, setup.faces, capacities)
+        length = pairs_energy(result.x, setup.faces, pairs, crossing, measure="length")
+        count = jnp.sum(crossing).astype(jnp.int32)
+        return (result.x, kappa * growth), (count, length, result.iterations, result.cg_iterations)
 
-    (x, _), (history, newton, cg_total) = lax.scan(one_round, (theta, kappa), None, length=rounds)
-    return x, history, jnp.sum(newton), jnp.sum(cg_total)
+    (x, _), (history, lengths, newton, cg_total) = lax.scan(one_round, (theta, kappa), None, length=rounds)
+    return x, (history, lengths), jnp.sum(newton), jnp.sum(cg_total)
 
 
-_paper_route_jit = jax.jit(_paper_route, static_argnames=("rounds", "iters", "cg_iters"))
-
-
-_adjoint_jit = jax.jit(_adjoint, static_argnames=("cg_iters",))
+_paper_route_jit = jax.jit(_paper_route, static_argnames=("capacities", "rounds", "iters", "cg_iters"))
 
 
 def untangle(
     vertices,
     faces,
     *,
-    max_steps: int = 150,
-    restarts: int = 2,
-    smoothing: float = 20.0,
-    min_smoothing: float = 1.25,
-    step_fraction: float = 0.2,
-    patience: int = 10,
-    cg_iters: int = 50,
-    method: str = "length",
-    paper_rounds: int = 6,
-    paper_kappa: float = 1.0,
-    relax: bool = True,
-    relax_iters: int = 20,
-    relax_polish: int = 5,
-    relax_cg_iters: int = 100,
-    bending: float = 1.0,
-    pull: float = 1e-2,
-    margin: float = 0.05,
-    margin_weight: float = 10.0,
-    capacity: int | None = None,
+    progress: Callable | None = None,
+    **options,
 ) -> UntangleResult:
     """Make a self-intersecting mesh intersection-free: untangle (phase 1), then relax (phase 2).
 
     Phase 1 descends on the length of the intersection curve, smoothed by the mesh Laplacian, with a
-    capped step and the crossings re-detected every step. Phase 2 restores the shape (elastic energy
-    to the input, a margin energy on near pairs) by Newton-CG while rejecting every step that would
-    create a crossing. Both phases are certified by the exact
+    capped step and the crossings re-detected every step. Phase 2 restores the shape by Newton-CG on
+    an elastic energy to the input plus a log barrier on near pairs (IPC's), rejecting every step that
+    would create a crossing, to a stationary point. Both phases are certified by the exact
     [`find_intersections`][tritri_jax.find_intersections]: ``converged`` is true only when it finds no
     pair; if the relaxed mesh failed that check, the phase-1 mesh is returned. Connectivity is never
     changed; several meshes passing through each other are one mesh with more faces.
@@ -301,17 +289,16 @@ def untangle(
     respect to the input vertices (which are also the rest shape) comes from the implicit function
     theorem at phase 2's stationary point, one adjoint CG solve, not from differentiating iterations.
 
-    **Arguments:** ``vertices`` ``(V, 3)``, ``faces`` ``(F, 3)``. Phase 1: ``max_steps`` (per attempt),
-    ``restarts`` (attempts after the first that did not reach zero: each starts over from the input
-    with half the step),
-    ``smoothing`` (initial $\\lambda$), ``min_smoothing``, ``step_fraction`` (largest vertex move per
-    step, in mean edge lengths ``h``), ``patience``, ``cg_iters``. Phase 2 also takes ``relax_polish``
-    (exact-Hessian Newton steps after the Gauss-Newton ones) and ``relax_cg_iters``. ``method="paper"`` replaces phase 1
-    by the paper's route (Newton on elastic + $\\kappa \\sum T$ with Gauss-Newton pair blocks and
-    $\\kappa$ multiplied by 10 for each of ``paper_rounds`` rounds from ``paper_kappa``); it is there to be
-    measured against the default and rarely reaches zero. Phase 2: ``relax``,
-    ``relax_iters``, ``bending`` and ``pull`` weights, ``margin`` (in ``h``), ``margin_weight``.
-    ``capacity``: broad-phase slots (grown on overflow).
+    **Arguments:**
+
+    - ``vertices`` ``(V, 3)`` float, ``faces`` ``(F, 3)`` int (numpy or JAX arrays; not modified).
+    - ``progress``: optional ``callback(phase, step, count)``, called from the host between chunks of
+      phase-1 steps (``phase="untangle"``, ``count``: crossing pairs) and once after phase 2
+      (``phase="relax"``, ``count``: Newton steps). Without it, each phase is one compiled loop.
+    - ``**options``: the fields of [`UntangleOptions`][tritri_jax.UntangleOptions] (``max_steps``,
+      ``step_fraction``, ``relax``, ``margin``, ``method="paper"``, ...), documented there.
+
+    **Returns:** an [`UntangleResult`][tritri_jax.UntangleResult].
 
     ```python
     >>> import jax, tritri_jax as tt
@@ -323,34 +310,19 @@ def untangle(
 
     ```
     """
+    unknown = set(options) - set(UntangleOptions._fields)
+    if unknown:
+        raise ValueError(f"untangle: unknown option(s) {sorted(unknown)}; see tritri_jax.UntangleOptions")
+    settings = UntangleOptions(**options)
+    if settings.method not in ("length", "paper"):
+        raise ValueError(f"method must be 'length' or 'paper', got {settings.method!r}")
     vertices, faces = check_mesh(vertices, faces)
     faces_np = np.asarray(faces)
-    options = dict(
-        max_steps=max_steps,
-        restarts=restarts,
-        smoothing=smoothing,
-        min_smoothing=min_smoothing,
-        step_fraction=step_fraction,
-        patience=patience,
-        cg_iters=cg_iters,
-        method=method,
-        paper_rounds=paper_rounds,
-        paper_kappa=paper_kappa,
-        relax=relax,
-        relax_iters=relax_iters,
-        relax_polish=relax_polish,
-        relax_cg_iters=relax_cg_iters,
-        bending=bending,
-        pull=pull,
-        margin=margin,
-        margin_weight=margin_weight,
-        capacity=capacity,
-    )
     box = {}
 
     @jax.custom_vjp
     def solve(v):
-        box["result"], box["backward"] = _solve(np.asarray(v), faces_np, **options)
+        box["result"], box["backward"] = _solve(np.asarray(v), faces_np, settings, progress)
         return jnp.asarray(box["result"].vertices, v.dtype)
 
     def forward(v):
@@ -359,7 +331,7 @@ def untangle(
 
     def backward(_, cotangent):
         if box["backward"] is None:
-            raise ValueError("untangle is differentiable only when phase 2 ran and converged (relax=True)")
+            raise ValueError("untangle is differentiable only when phase 2 ran and certified its result (relax=True)")
         return (box["backward"](cotangent).astype(cotangent.dtype),)
 
     solve.defvjp(forward, backward)
@@ -367,130 +339,186 @@ def untangle(
     return box["result"]._replace(vertices=out)
 
 
-def _solve(
-    v_np,
-    f_np,
-    *,
-    max_steps,
-    restarts,
-    smoothing,
-    min_smoothing,
-    step_fraction,
-    patience,
-    cg_iters,
-    method,
-    paper_rounds,
-    paper_kappa,
-    relax,
-    relax_iters,
-    relax_polish,
-    relax_cg_iters,
-    bending,
-    pull,
-    margin,
-    margin_weight,
-    capacity,
-):
+class _Problem(NamedTuple):
+    """The mesh in the solver's frame: centred, scaled to unit bounding-box diagonal."""
+
+    theta: Array
+    faces: Array
+    edges: Array
+    edges_np: np.ndarray
+    degree: Array
+    h: float
+    centre: np.ndarray
+    diagonal: float
+
+
+def _normalise(v64, f_np, dtype):
+    lo, hi = (v64.min(0), v64.max(0)) if len(v64) else (np.zeros(3), np.ones(3))
+    centre, diagonal = 0.5 * (lo + hi), float(np.linalg.norm(hi - lo)) or 1.0
+    scaled = (v64 - centre) / diagonal
+    edges_np = unique_edges(f_np)
+    h = float(np.linalg.norm(np.diff(scaled[edges_np], axis=1), axis=-1).mean()) if len(edges_np) else 1.0
+    edges = jnp.asarray(edges_np)
+    degree = jax.ops.segment_sum(jnp.ones(2 * len(edges_np), dtype), edges.reshape(-1), len(v64))
+    return _Problem(
+        jnp.asarray(scaled, dtype), jnp.asarray(f_np, jnp.int32), edges, edges_np, degree, h, centre, diagonal
+    )
+
+
+def _run_phase1(problem: _Problem, settings: UntangleOptions, progress):
+    """Phase 1 with restarts; returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths))``."""
+    dtype = problem.theta.dtype
+    capacities = _Capacities.for_faces(problem.faces.shape[0], settings.capacity)
+    histories, lengths, total_steps, fraction = [], [], 0, settings.step_fraction
+    chunk = 10 if progress else settings.max_steps
+    for _ in range(settings.restarts + 1):
+        state = _State(
+            x=problem.theta,
+            best_x=problem.theta,
+            best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
+            count=jnp.int32(-1),
+            smoothing=jnp.asarray(settings.smoothing, dtype),
+            stall=jnp.int32(0),
+            step=jnp.int32(0),
+            history=jnp.full((settings.max_steps,), -1, jnp.int32),
+            lengths=jnp.zeros((settings.max_steps,), dtype),
+            overflowed=jnp.bool_(False),
+        )
+        while True:
+            limit = min(int(state.step) + chunk, settings.max_steps)
+            state = _phase1_jit(
+                problem.theta,
+                problem.faces,
+                problem.edges,
+                problem.degree,
+                problem.h,
+                state,
+                jnp.asarray(fraction, dtype),
+                jnp.int32(limit),
+                capacities=capacities,
+                min_smoothing=settings.min_smoothing,
+                patience=settings.patience,
+                cg_iters=settings.cg_iters,
+            )
+            if bool(state.overflowed):
+                capacities = capacities.doubled()
+                state = state._replace(overflowed=jnp.bool_(False))
+                continue
+            if progress:
+                progress("untangle", total_steps + int(state.step), int(state.count))
+            if int(state.count) != 0 and int(state.step) < settings.max_steps:
+                continue
+            x1 = state.x if int(state.count) == 0 else state.best_x
+            remaining = find_intersections(x1, problem.faces)
+            if len(remaining) and int(state.count) == 0 and int(state.step) < settings.max_steps:
+                state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
+                continue
+            break
+        total_steps += int(state.step)
+        histories.append(np.asarray(state.history[: int(state.step)]))
+        lengths.append(np.asarray(state.lengths[: int(state.step)]))
+        if len(remaining) == 0:
+            break
+        fraction /= 2  # start over from the input with shorter steps
+    return x1, remaining, total_steps, (np.concatenate(histories), np.concatenate(lengths))
+
+
+def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
+    """Size phase 2's buffers from the neighbours at ``x1`` (growing until nothing overflows there,
+    with room for the close pairs to quadruple)."""
+    num_faces = problem.faces.shape[0]
+    if setup is None:
+        setup = RelaxSetup(
+            faces=problem.faces,
+            edges=problem.edges,
+            capacity=_bucket(16 * num_faces),
+            active_capacity=_bucket(num_faces // 8),
+            survivor_capacity=_bucket(4 * num_faces),
+            bending=settings.bending,
+            pull=settings.pull,
+            margin=settings.margin,
+            barrier_weight=settings.barrier_weight,
+            max_step=settings.relax_step,
+        )
+    while True:
+        close, overflowed = close_count_jit(x1, problem.theta, setup)
+        if bool(overflowed):
+            setup = dataclasses.replace(setup, capacity=2 * setup.capacity)
+            continue
+        if 4 * int(close) > setup.active_capacity:
+            setup = dataclasses.replace(setup, active_capacity=_bucket(4 * int(close)))
+        return setup
+
+
+def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
+    """Phase 2 from ``x1``, resumed with larger buffers if a step stalled on a full one.
+
+    Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
+    setup = _relax_setup(problem, settings, x1)
+    x, steps, cg_total = x1, 0, 0
+    for _ in range(4):
+        first, second = relax_jit(
+            x,
+            problem.theta,
+            setup,
+            iters=settings.relax_iters,
+            polish=settings.relax_polish,
+            cg_iters=settings.relax_cg_iters,
+        )
+        x = second.x
+        steps += int(first.iterations) + int(second.iterations)
+        cg_total += int(first.cg_iterations) + int(second.cg_iterations)
+        grown = _relax_setup(problem, settings, x, setup)
+        same_size = (grown.capacity, grown.active_capacity) == (setup.capacity, setup.active_capacity)
+        if float(second.gradient_norm) < _STATIONARY or same_size or not bool(first.stalled | second.stalled):
+            break
+        setup = grown
+    return x, setup, (steps, cg_total, float(second.energy), float(second.gradient_norm))
+
+
+def _solve(v_np, f_np, settings: UntangleOptions, progress):
     start = time.perf_counter()
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
-    lo, hi = (v64.min(0), v64.max(0)) if len(v64) else (np.zeros(3), np.ones(3))
-    centre, diagonal = 0.5 * (lo + hi), float(np.linalg.norm(hi - lo)) or 1.0
-    theta = jnp.asarray((v64 - centre) / diagonal, dtype)
-    faces = jnp.asarray(f_np, jnp.int32)
-    edges_np = unique_edges(f_np)
-    edges = jnp.asarray(edges_np)
-    h = (
-        float(np.linalg.norm(np.diff(np.asarray(theta, np.float64)[edges_np], axis=1), axis=-1).mean())
-        if len(edges_np)
-        else 1.0
-    )
-    degree = jax.ops.segment_sum(jnp.ones(2 * len(edges_np), dtype), edges.reshape(-1), theta.shape[0])
-    capacity = capacity or max(1024, 1 << math.ceil(math.log2(16 * max(len(f_np), 1))))
-
-    def fresh():
-        return _State(
-            x=theta,
-            best_x=theta,
-            best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
-            count=jnp.int32(-1),
-            smoothing=jnp.asarray(smoothing, dtype),
-            stall=jnp.int32(0),
-            step=jnp.int32(0),
-            history=jnp.full((max_steps,), -1, jnp.int32),
-            overflowed=jnp.bool_(False),
-        )
-
-    state = fresh()
-    setup = _RelaxSetup(faces, edges, capacity, bending, pull, margin, margin_weight)
-    if method == "paper":
+    problem = _normalise(v64, f_np, dtype)
+    if settings.method == "paper":
+        setup = _relax_setup(problem, settings, problem.theta)
+        capacities = _Capacities.for_faces(len(f_np), settings.capacity)
         x1, rounds, newton_steps, _ = _paper_route_jit(
-            theta, setup, jnp.asarray(paper_kappa, dtype), rounds=paper_rounds, iters=20, growth=10.0, cg_iters=100
+            problem.theta,
+            setup,
+            capacities,
+            jnp.asarray(settings.paper_kappa, dtype),
+            rounds=settings.paper_rounds,
+            iters=20,
+            growth=10.0,
+            cg_iters=100,
         )
-        remaining = find_intersections(x1, faces)
-        state = state._replace(step=newton_steps, history=rounds)
-    elif method == "length":
-        histories, total_steps, fraction = [], 0, step_fraction
-        for _ in range(restarts + 1):
-            state = fresh()
-            while True:
-                state = _phase1_jit(
-                    theta,
-                    faces,
-                    edges,
-                    degree,
-                    h,
-                    state,
-                    jnp.asarray(fraction, dtype),
-                    capacity=capacity,
-                    max_steps=max_steps,
-                    min_smoothing=min_smoothing,
-                    patience=patience,
-                    cg_iters=cg_iters,
-                )
-                if bool(state.overflowed):
-                    capacity *= 2
-                    state = state._replace(overflowed=jnp.bool_(False))
-                    continue
-                x1 = state.x if int(state.count) == 0 else state.best_x
-                remaining = find_intersections(x1, faces)
-                if len(remaining) and int(state.count) == 0 and int(state.step) < max_steps:
-                    state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
-                    continue
-                break
-            total_steps += int(state.step)
-            histories.append(np.asarray(state.history[: int(state.step)]))
-            if len(remaining) == 0:
-                break
-            fraction /= 2  # start over from the input with shorter steps
-        state = state._replace(step=jnp.int32(total_steps), history=jnp.asarray(np.concatenate(histories)))
+        remaining, steps = find_intersections(x1, problem.faces), int(newton_steps)
+        history = tuple(np.asarray(r) for r in rounds)
     else:
-        raise ValueError(f"method must be 'length' or 'paper', got {method!r}")
+        x1, remaining, steps, history = _run_phase1(problem, settings, progress)
     final, backward = x1, None
     relax_stats = (0, 0, float("nan"), float("nan"))
-    if relax and len(remaining) == 0 and len(f_np) > 1:
-        first, second = _relax_jit(x1, theta, setup, relax_iters, relax_polish, cg_iters=relax_cg_iters)
-        relaxed = second.x
-        relax_stats = (
-            int(first.iterations) + int(second.iterations),
-            int(first.cg_iterations) + int(second.cg_iterations),
-            float(second.energy),
-            float(second.gradient_norm),
-        )
-        if len(find_intersections(relaxed, faces)) == 0:
+    if settings.relax and len(remaining) == 0 and len(f_np) > 1:
+        relaxed, setup, relax_stats = _run_relax(problem, settings, x1)
+        if progress:
+            progress("relax", relax_stats[0], relax_stats[0])
+        if len(find_intersections(relaxed, problem.faces)) == 0:
             final = relaxed
 
             def backward(cotangent):
-                if not relax_stats[3] < 1e-6:
+                if not relax_stats[3] < _STATIONARY:
                     raise ValueError(
                         "untangle: the implicit gradient needs phase 2 to end at a stationary point, but its "
-                        f"gradient norm is {relax_stats[3]:.3g} (> 1e-6); raise relax_iters or relax_polish"
+                        f"gradient norm is {relax_stats[3]:.3g} (> {_STATIONARY:g}); raise relax_iters or relax_polish"
                     )
-                grad_theta = _adjoint_jit(relaxed, theta, setup, jnp.asarray(cotangent, dtype) * diagonal, cg_iters=500)
-                return grad_theta / diagonal
+                cotangent = jnp.asarray(cotangent, dtype) * problem.diagonal
+                return adjoint_jit(relaxed, problem.theta, setup, cotangent, cg_iters=500) / problem.diagonal
 
-    out = np.asarray(final, np.float64) * diagonal + centre
-    move = np.linalg.norm(out - v64, axis=1) / diagonal
+    out = np.asarray(final, np.float64) * problem.diagonal + problem.centre
+    move = np.linalg.norm(out - v64, axis=1) / problem.diagonal
+    edges_np = problem.edges_np
     if len(edges_np):
         ratio = np.linalg.norm(out[edges_np[:, 0]] - out[edges_np[:, 1]], axis=1) / np.maximum(
             np.linalg.norm(v64[edges_np[:, 0]] - v64[edges_np[:, 1]], axis=1), 1e-300
@@ -498,14 +526,13 @@ def _solve(
         worst = float(np.min(np.minimum(ratio, 1 / np.maximum(ratio, 1e-300))))
     else:
         worst = 1.0
-    steps = int(state.step)
-    history = state.history
     result = UntangleResult(
         vertices=out.astype(dtype),
         converged=jnp.bool_(len(remaining) == 0),
         iterations=jnp.int32(steps),
         num_intersections=jnp.int32(len(remaining)),
-        history=history,
+        history=jnp.asarray(history[0], jnp.int32),
+        history_length=jnp.asarray(history[1] * problem.diagonal),
         max_displacement=jnp.asarray(move.max() if len(move) else 0.0),
         mean_displacement=jnp.asarray(move.mean() if len(move) else 0.0),
         worst_edge_ratio=jnp.asarray(worst),
@@ -513,6 +540,8 @@ def _solve(
         relax_cg_iterations=jnp.int32(relax_stats[1]),
         relax_energy=jnp.asarray(relax_stats[2]),
         relax_gradient_norm=jnp.asarray(relax_stats[3]),
+        relax_converged=jnp.bool_(relax_stats[3] < _STATIONARY),
         seconds=time.perf_counter() - start,
+        options=settings,
     )
     return result, backward

@@ -1,0 +1,53 @@
+"""Layer 4: the generic newton_cg: convergence, step cap, admissibility, and the prepare hook."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tritri_jax as tt
+
+
+def _rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def test_reaches_the_minimum_of_rosenbrock():
+    result = jax.jit(lambda x: tt.newton_cg(_rosenbrock, x, max_iters=200, tol=1e-10))(jnp.full(6, -0.5))
+    assert bool(result.converged) and not bool(result.stalled)
+    np.testing.assert_allclose(np.asarray(result.x), 1.0, atol=1e-8)
+    assert float(result.gradient_norm) < 1e-10 and int(result.cg_iterations) >= int(result.iterations)
+
+
+def test_step_cap_and_rejected_trials_are_respected():
+    energy = lambda x: jnp.sum((x - 3.0) ** 2)  # noqa: E731
+    wall = lambda x: jnp.all(x[:, 0] <= 1.0)  # noqa: E731  trials past x = 1 are inadmissible
+    path = []
+
+    def accept(x):
+        jax.debug.callback(lambda y: path.append(np.asarray(y)), x)
+        return wall(x)
+
+    x0 = jnp.zeros((4, 3))
+    result = tt.newton_cg(energy, x0, accept=accept, max_iters=30, max_step=0.25)
+    assert bool(wall(result.x)) and float(result.x[0, 0]) > 0.9  # pressed against the wall, not through it
+    jax.effects_barrier()
+    reach = [np.linalg.norm(trial - np.asarray(x0), axis=-1).max() for trial in path]
+    assert int(result.iterations) >= 4 and max(reach) <= 0.25 * (int(result.iterations) + 1) + 1e-12  # capped
+    assert bool(result.stalled)  # no admissible descent left at the wall
+
+
+def test_prepare_runs_once_per_accepted_point_and_feeds_every_callable():
+    calls = []
+
+    def prepare(x):
+        jax.debug.callback(lambda: calls.append(1))
+        return {"centre": jnp.round(x)}  # an auxiliary value, fixed during one line search
+
+    def energy(x, aux):
+        return jnp.sum((x - 2.0) ** 2) + 0.0 * jnp.sum(aux["centre"])
+
+    result = tt.newton_cg(energy, jnp.zeros(3), prepare=prepare, hessian=lambda x, aux: (lambda v: 2 * v))
+    jax.effects_barrier()
+    assert bool(result.converged)
+    np.testing.assert_allclose(np.asarray(result.x), 2.0)
+    assert len(calls) == int(result.iterations) + 1  # the start, then each accepted point
