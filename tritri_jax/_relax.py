@@ -116,10 +116,11 @@ def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):
     return jnp.where(near.overflowed | (count > setup.active_capacity), jnp.inf, energy)
 
 
-def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: int):
-    """Phase 2 from ``x1``: Gauss-Newton-CG steps, then exact-Hessian Newton steps to polish.
+def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: int, tol=1e-7):
+    """Phase 2 from ``x1``: up to ``iters`` Gauss-Newton-CG steps, then up to ``polish`` exact-Hessian
+    Newton steps (none compiled when 0), each loop stopping when the gradient's max-norm is below ``tol``.
 
-    Returns both ``NewtonResult``s."""
+    Returns both ``NewtonResult``s (the second is the first, with zero counts, when ``polish`` is 0)."""
     rest = rest_shape(theta, setup.edges)
     dhat = setup.margin * rest.h
 
@@ -153,15 +154,19 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         accept=accept,
         cg_iters=cg_iters,
         max_step=setup.max_step * rest.h,
-        tol=1e-10 / rest.h,
+        tol=tol,
         damping=1e-10,
     )
     first = newton_cg(energy, x1, hessian=gauss_newton, max_iters=iters, **options)
+    if polish == 0:  # nothing to compile for the exact Hessian
+        return first, first._replace(
+            iterations=jnp.zeros_like(first.iterations), cg_iterations=jnp.zeros_like(first.cg_iterations)
+        )
     second = newton_cg(energy, first.x, max_iters=polish, **options)
     return first, second
 
 
-relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters"))
+relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol"))
 
 
 def close_count(x, theta, setup: RelaxSetup):

@@ -22,6 +22,7 @@ result with the exact detection of ``find_intersections`` and resumes if that di
 """
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -58,9 +59,10 @@ class UntangleOptions(NamedTuple):
     the largest vertex move per step, in mean edge lengths ``h``; ``cg_iters`` per smoothing solve.
     ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
     $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
-    Phase 2: ``relax`` (run it); ``relax_iters`` Gauss-Newton steps then ``relax_polish`` exact-Hessian
-    steps, ``relax_cg_iters`` CG iterations each; ``bending`` and ``pull`` weights of the elastic
-    energy; ``margin``: the barrier's reach $\\hat d$ in ``h``; ``barrier_weight`` $\\kappa$;
+    Phase 2: ``relax`` (run it); ``relax_iters`` Gauss-Newton steps, then up to ``relax_polish``
+    exact-Hessian steps if the gradient is not yet stationary; ``relax_cg_iters`` CG iterations each;
+    ``bending`` and ``pull`` weights of the elastic energy; ``margin``: the barrier's reach $\\hat d$
+    in ``h``; ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
     """
@@ -451,29 +453,30 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
 
 
 def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
-    """Phase 2 from ``x1``, resumed with larger buffers if a step stalled on a full one.
+    """Phase 2 from ``x1``: Gauss-Newton steps, resumed with larger buffers if a step stalled on a
+    full one; then exact-Hessian polish steps only if the gradient is still above the stationarity
+    threshold (so their compile is paid only when needed).
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
     setup = _relax_setup(problem, settings, x1)
     x, steps, cg_total = x1, 0, 0
+    run = functools.partial(relax_jit, theta=problem.theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 10)
     for _ in range(4):
-        first, second = relax_jit(
-            x,
-            problem.theta,
-            setup,
-            iters=settings.relax_iters,
-            polish=settings.relax_polish,
-            cg_iters=settings.relax_cg_iters,
-        )
-        x = second.x
-        steps += int(first.iterations) + int(second.iterations)
-        cg_total += int(first.cg_iterations) + int(second.cg_iterations)
+        result, _ = run(x, setup=setup, iters=settings.relax_iters, polish=0)
+        x = result.x
+        steps += int(result.iterations)
+        cg_total += int(result.cg_iterations)
         grown = _relax_setup(problem, settings, x, setup)
         same_size = (grown.capacity, grown.active_capacity) == (setup.capacity, setup.active_capacity)
-        if float(second.gradient_norm) < _STATIONARY or same_size or not bool(first.stalled | second.stalled):
+        if float(result.gradient_norm) < _STATIONARY or same_size or not bool(result.stalled):
             break
         setup = grown
-    return x, setup, (steps, cg_total, float(second.energy), float(second.gradient_norm))
+    if float(result.gradient_norm) >= _STATIONARY and settings.relax_polish > 0:
+        _, result = run(x, setup=setup, iters=0, polish=settings.relax_polish)
+        x = result.x
+        steps += int(result.iterations)
+        cg_total += int(result.cg_iterations)
+    return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
 def _solve(v_np, f_np, settings: UntangleOptions, progress):
