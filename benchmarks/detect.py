@@ -92,11 +92,11 @@ for name, vertices, faces in meshes:
     start = time.perf_counter()
     pairs = tt.find_intersections(vertices, faces)
     first = time.perf_counter() - start
-    ours, pairs = best(lambda: tt.find_intersections(vertices, faces))
+    ours, pairs = best(lambda vertices=vertices, faces=faces: tt.find_intersections(vertices, faces))
     capacity = _default_capacity(len(faces))
     v, f = jax.numpy.asarray(vertices), jax.numpy.asarray(faces)
 
-    def broad():
+    def broad(v=v, f=f, capacity=capacity):
         return jax.block_until_ready(_candidates_jit(v, f, capacity=capacity, include_shared_edges=True))
 
     broad()
@@ -116,7 +116,8 @@ for name, vertices, faces in meshes:
             row.append("skipped (O(F^2))")
             continue
         peer_times[peer], count = best(
-            lambda: available[peer](vertices, faces), repeats=1 if len(faces) > 300_000 else 2
+            lambda peer=peer, vertices=vertices, faces=faces: available[peer](vertices, faces),
+            repeats=1 if len(faces) > 300_000 else 2,
         )
         row.append(f"{peer_times[peer]:.3f} ({count:,})")
     ratio = f"{ours / peer_times['libigl']:.2f}x" if "libigl" in peer_times else "–"

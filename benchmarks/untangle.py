@@ -50,7 +50,8 @@ def adam_baseline(vertices, faces, steps):
 
     opt_state = optimizer.init(x)
     best = (None, np.inf)
-    for k in range(steps):
+    k = 0
+    for k in range(steps):  # noqa: B007 (k is the step count reported)
         x_new, opt_state, count = step(x, opt_state)
         if int(count) < 0:
             raise RuntimeError("baseline: broad-phase capacity overflowed")

@@ -1,8 +1,17 @@
 """Shared set-up: float64 on, and compiled kernels shared by every test (JIT time dominates)."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the session, shared with the subprocesses (the CLI tests and
+# the notebooks' kernels inherit it): they compile the same functions at the same shapes as the tests.
+_CACHE = tempfile.mkdtemp(prefix="tritri_jax_test_cache_")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+os.environ.setdefault("TRITRI_JAX_CACHE", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 import jax  # noqa: E402
 

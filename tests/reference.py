@@ -121,8 +121,8 @@ def classify(u, v) -> Classification:
     du = [_dot(nv, _sub(U[i], V[0])) for i in range(3)]
     nn_u, nn_v = _dot(nu, nu), _dot(nv, nv)
     # Ratios in exact arithmetic before converting: squared lengths of tiny normals underflow floats.
-    distances = [math.sqrt(float(d * d / nn_u)) for d, s in zip(dv, shared_v) if not s]
-    distances += [math.sqrt(float(d * d / nn_v)) for d, s in zip(du, shared_u) if not s]
+    distances = [math.sqrt(float(d * d / nn_u)) for d, s in zip(dv, shared_v, strict=True) if not s]
+    distances += [math.sqrt(float(d * d / nn_v)) for d, s in zip(du, shared_u, strict=True) if not s]
     cross_n = _cross(nu, nv)
     sine = math.sqrt(float(_dot(cross_n, cross_n) / (nn_u * nn_v)))
     margin = min([heights, sine * extent] + distances)

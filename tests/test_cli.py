@@ -38,9 +38,19 @@ def test_untangle_an_isir_mesh_and_read_it_back(tmp_path, benchmark_dir):
     out = tmp_path / "mobius_free.ply"
     picture = tmp_path / "mobius.png"
     result = _cli(
-        "untangle", str(benchmark_dir / "mobius_strip.obj"), "-o", str(out), "--no-relax", "--picture", str(picture)
+        "untangle",
+        str(benchmark_dir / "mobius_strip.obj"),
+        "-o",
+        str(out),
+        "--no-relax",
+        "--picture",
+        str(picture),
+        "--progress",
+        "on",
     )
     assert result.returncode == 0, result.stderr
+    assert "phase 1 (untangle)" in result.stderr and "crossing_pairs=0" in result.stderr  # the tqdm bar
+    assert "s compiling)" in result.stdout  # compile time reported apart from solve time
     for png in (picture, tmp_path / "mobius_convergence.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "converged:            True" in result.stdout

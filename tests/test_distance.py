@@ -100,9 +100,7 @@ def test_distances_on_degenerate_and_parallel_primitives():
         (a0, a1, np.array([0.5, -1, 1]), np.array([0.5, 1, 1]), 1.0),  # skew, crossing above
         (a0, a1, np.array([0.5, -1, 0]), np.array([0.5, 1, 0]), 0.0),  # crossing
     ]
-    got = _segment_segment(
-        jnp.asarray([[c[0], c[1]] for c in cases]), jnp.asarray([[c[2], c[3]] for c in cases])
-    )
+    got = _segment_segment(jnp.asarray([[c[0], c[1]] for c in cases]), jnp.asarray([[c[2], c[3]] for c in cases]))
     np.testing.assert_allclose(np.asarray(got), [c[4] for c in cases], atol=1e-15)
     flat = np.array([[0.0, 0, 0], [1, 0, 0], [2, 0, 0]])  # zero-area triangle: distance to its segments
     got = _point_triangle(jnp.asarray([[1.0, 1, 0], [3.0, 0, 0]]), jnp.asarray([flat, flat]))

@@ -237,7 +237,7 @@ def test_jit_equals_eager_and_vmap_equals_loop(compiled):
     for i in range(0, 48, 5):
         eager = tt.pair_energy_grad_hessian(u[i], v[i])
         jitted = compiled.gauss_newton(u[i], v[i])
-        for a, b, c in zip(eager, jitted, batched):
+        for a, b, c in zip(eager, jitted, batched, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300)
             np.testing.assert_allclose(a, c[i], rtol=1e-12, atol=1e-300)
 

@@ -46,7 +46,7 @@ def test_prepare_runs_once_per_accepted_point_and_feeds_every_callable():
     def energy(x, aux):
         return jnp.sum((x - 2.0) ** 2) + 0.0 * jnp.sum(aux["centre"])
 
-    result = tt.newton_cg(energy, jnp.zeros(3), prepare=prepare, hessian=lambda x, aux: (lambda v: 2 * v))
+    result = tt.newton_cg(energy, jnp.zeros(3), prepare=prepare, hessian=lambda x, aux: lambda v: 2 * v)
     jax.effects_barrier()
     assert bool(result.converged)
     np.testing.assert_allclose(np.asarray(result.x), 2.0)

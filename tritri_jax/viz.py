@@ -1,6 +1,6 @@
-"""Pictures (matplotlib, headless): a mesh with its crossing faces highlighted, before/after, and a
-convergence plot. The view looks along the mesh's thinnest principal axis, so flat and elongated
-meshes are seen face-on rather than edge-on.
+"""Pictures (matplotlib; headless too, it falls back to Agg without a display): a mesh with its
+crossing faces highlighted, before/after, and a convergence plot. The view looks along the mesh's
+thinnest principal axis, so flat and elongated meshes are seen face-on rather than edge-on.
 """
 
 import numpy as np
@@ -33,32 +33,42 @@ def _draw(ax, vertices, faces, crossing_faces, frame, title):
     ax.set_title(title, fontsize=10)
 
 
-def before_after(path, vertices_before, vertices_after, faces, pairs_before, pairs_after):
-    """Save a side-by-side figure: both meshes with the faces of crossing pairs in red."""
-    import matplotlib
+def _finish(fig, path):
+    import matplotlib.pyplot as plt
 
-    matplotlib.use("Agg")
+    fig.tight_layout()
+    if path is None:
+        return fig
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def before_after(
+    path, vertices_before, vertices_after, faces, pairs_before, pairs_after, *, labels=("before", "after")
+):
+    """A side-by-side figure: both meshes with the faces of crossing pairs in red, titled ``labels``.
+
+    Saved to ``path`` (PNG, PDF, ...), or returned as a matplotlib figure when ``path`` is ``None``.
+    """
     import matplotlib.pyplot as plt
 
     faces = np.asarray(faces)
     frame = _axes_frame(np.asarray(vertices_before))
     fig = plt.figure(figsize=(10, 5), dpi=130)
     for k, (v, pairs, label) in enumerate(
-        ((vertices_before, pairs_before, "before"), (vertices_after, pairs_after, "after"))
+        ((vertices_before, pairs_before, labels[0]), (vertices_after, pairs_after, labels[1]))
     ):
         ax = fig.add_subplot(1, 2, k + 1, projection="3d")
         crossing = np.unique(np.asarray(pairs, int).reshape(-1))
         _draw(ax, np.asarray(v, np.float64), faces, crossing, frame, f"{label}: {len(pairs)} crossing pairs")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return _finish(fig, path)
 
 
-def convergence(path, history, title="untangling"):
-    """Save the crossing-pair count per phase-1 step (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def convergence(path, history, title="untangling", length=None):
+    """The crossing-pair count per phase-1 step (log scale), and with ``length`` the intersection
+    curve's length per step on a second axis. Saved to ``path``, or returned when ``path`` is ``None``.
+    """
     import matplotlib.pyplot as plt
 
     history = np.asarray(history)
@@ -68,6 +78,8 @@ def convergence(path, history, title="untangling"):
     ax.set_ylabel("crossing pairs (float predicate)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    if length is not None and len(length):
+        other = ax.twinx()
+        other.semilogy(np.arange(len(length)), np.maximum(np.asarray(length), 1e-12), color="C1", linewidth=1)
+        other.set_ylabel("intersection-curve length", color="C1")
+    return _finish(fig, path)

@@ -1,0 +1,62 @@
+"""The documentation site builds in strict mode and documents every public name; the notebooks run."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+import tritri_jax as tt
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_every_public_name_is_in_the_api_reference():
+    api = (ROOT / "docs" / "api.md").read_text()
+    public = [name for name in dir(tt) if not name.startswith("_") and name not in ("annotations",)]
+    missing = [name for name in public if f"::: tritri_jax.{name}\n" not in api]
+    assert not missing, f"docs/api.md lacks {missing}"
+
+
+@pytest.mark.slow
+def test_docs_build_in_strict_mode(tmp_path):
+    mkdocs = shutil.which("mkdocs") or pytest.fail("mkdocs is not installed (pip install -e '.[dev]')")
+    result = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    assert "find_intersections" in api and "UntangleResult" in api
+
+
+def test_notebooks_are_stored_without_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    assert len(NOTEBOOKS) == 3
+    for path in NOTEBOOKS:
+        book = nbformat.read(path, as_version=4)
+        for cell in book.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name}: outputs not stripped"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    book = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute()  # raises CellExecutionError, naming the cell, on any error
+    errors = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    images = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert images, f"{path.name} drew no picture"
