@@ -9,6 +9,7 @@ Wall time excludes compilation (each mesh is solved twice; the second run is rep
 """
 
 import argparse
+import functools
 import glob
 import os
 import sys
@@ -38,30 +39,32 @@ def adam_baseline(vertices, faces, steps):
     diagonal = float(np.linalg.norm(hi - lo))
     x = jnp.asarray((vertices - 0.5 * (lo + hi)) / diagonal)
     f = jnp.asarray(faces, jnp.int32)
-    capacities = _Capacities.for_faces(len(faces))
     optimizer = optax.adam(1e-3)
 
-    @jax.jit
-    def step(x, opt_state):
+    @functools.partial(jax.jit, static_argnames="capacities")
+    def step(x, opt_state, capacities):
         pairs, crossing, overflowed = _crossing_pairs(x, f, capacities)
         _, g = _length_gradient(x, f, pairs, crossing)
         updates, opt_state = optimizer.update(g, opt_state)
         return optax.apply_updates(x, updates), opt_state, jnp.where(overflowed, -1, jnp.sum(crossing))
 
+    capacities = _Capacities.for_faces(len(faces))
     opt_state = optimizer.init(x)
     best = (None, np.inf)
     k = 0
-    for k in range(steps):  # noqa: B007 (k is the step count reported)
-        x_new, opt_state, count = step(x, opt_state)
-        if int(count) < 0:
-            raise RuntimeError("baseline: broad-phase capacity overflowed")
+    while k < steps:
+        x_new, opt_state_new, count = step(x, opt_state, capacities)
+        if int(count) < 0:  # a buffer overflowed: grow it and redo the step
+            capacities = capacities.doubled()
+            continue
+        k += 1
         if int(count) < best[1]:
             best = (x, int(count))
         if int(count) == 0:
             break
-        x = x_new
+        x, opt_state = x_new, opt_state_new
     out = np.asarray(best[0]) * diagonal + 0.5 * (lo + hi)
-    return len(tt.find_intersections(out, faces)), k + 1
+    return len(tt.find_intersections(out, faces)), k
 
 
 meshes = []
