@@ -1,5 +1,6 @@
 """The documentation site builds in strict mode and documents every public name; the notebooks run."""
 
+import inspect
 import os
 import pathlib
 import shutil
@@ -15,7 +16,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 def test_every_public_name_is_in_the_api_reference():
     api = (ROOT / "docs" / "api.md").read_text()
-    public = [name for name in dir(tt) if not name.startswith("_") and name not in ("annotations",)]
+    # every exported function and class, and the user-facing modules (other submodules appear in
+    # dir(tt) once some test has imported them: the command line is documented in a how-to guide)
+    public = [name for name in dir(tt) if not name.startswith("_") and not inspect.ismodule(getattr(tt, name))]
+    public += ["scenes", "io", "viz"]
     missing = [name for name in public if f"::: tritri_jax.{name}\n" not in api]
     assert not missing, f"docs/api.md lacks {missing}"
 
