@@ -51,3 +51,14 @@ def test_prepare_runs_once_per_accepted_point_and_feeds_every_callable():
     assert bool(result.converged)
     np.testing.assert_allclose(np.asarray(result.x), 2.0)
     assert len(calls) == int(result.iterations) + 1  # the start, then each accepted point
+
+
+def test_a_point_where_the_energy_is_not_finite_is_never_called_converged():
+    # the auxiliary value at the new point makes the energy infinite there (a full buffer, say);
+    # trials are scored with the old one, so the step is taken, and the loop must stop unconverged
+    def energy(x, aux):
+        return jnp.sum((x - 3.0) ** 2) + jnp.where(aux[0] > 1.0, jnp.inf, 0.0)
+
+    result = tt.newton_cg(energy, jnp.zeros(2), prepare=lambda x: x, hessian=lambda x, aux: (lambda v: 2 * v))
+    assert not bool(result.converged) and float(result.gradient_norm) == np.inf
+    assert int(result.iterations) == 1 and not np.isfinite(float(result.energy))

@@ -27,7 +27,7 @@ from ._types import Array, Bool, Float, Scalar, Triangle
 from ._vec3 import AOS, SOA
 
 _PARALLEL = 1e-3  # IPC's mollifier threshold: |e_a x e_b|^2 < 1e-3 |e_a|^2 |e_b|^2
-_LOG_FLOOR = 1e-12  # r below this (a contact or a zero-area face) is held at the floor: finite, flat
+_LOG_FLOOR = 1e-12  # r below this (a contact or a zero-area face): the barrier goes on linearly, finite
 
 
 def point_segment_distance_sq(ops, p, a, b) -> Scalar:
@@ -83,10 +83,17 @@ def parallel_mollifier(ops, a0, a1, b0, b1) -> Scalar:
 
 
 def barrier(r) -> Scalar:
-    """IPC's log barrier on a squared-distance ratio $r = d^2/\\hat d^2$: $-(r-1)^2 \\log r$ for $r < 1$, else 0."""
+    """IPC's log barrier on a squared-distance ratio $r = d^2/\\hat d^2$: $-(r-1)^2 \\log r$ for $r < 1$, else 0.
+
+    Below ``_LOG_FLOOR`` it continues along its tangent there (finite, $C^1$), so primitives that
+    (nearly) touch are still pushed apart instead of sitting on a flat floor.
+    """
     active = r < 1
     safe_r = jnp.where(active, jnp.maximum(r, _LOG_FLOOR), 1.0)
-    return jnp.where(active, -((safe_r - 1) ** 2) * jnp.log(safe_r), 0.0)
+    value = -((safe_r - 1) ** 2) * jnp.log(safe_r)
+    slope = -2 * (safe_r - 1) * jnp.log(safe_r) - (safe_r - 1) ** 2 / safe_r
+    value = jnp.where(r < _LOG_FLOOR, value + slope * (r - _LOG_FLOOR), value)
+    return jnp.where(active, value, 0.0)
 
 
 # The primitive pairs as index tables, evaluated by one vmapped body each (a small graph: reverse-mode

@@ -17,7 +17,8 @@ from ._types import Array, Bool, Float, Int
 class NewtonResult(NamedTuple):
     """Result of [`newton_cg`][tritri_jax.newton_cg].
 
-    ``x`` the last accepted iterate; ``energy`` and ``gradient_norm`` (max-norm) there; ``iterations``
+    ``x`` the last accepted iterate; ``energy`` and ``gradient_norm`` (max-norm; ``inf`` where the
+    energy is not finite, and the loop stops there) at it; ``iterations``
     Newton steps taken; ``cg_iterations`` summed over all steps; ``converged``: the gradient norm
     fell below ``tol``; ``stalled``: no step length in the line search was acceptable.
     """
@@ -129,9 +130,12 @@ def newton_cg(
         def accept(x, aux):
             return jnp.bool_(True)
 
+    def gradient_norm(e, g):  # inf where the energy is not finite (e.g. a full buffer): never "converged"
+        return jnp.where(jnp.isfinite(e), jnp.max(jnp.abs(g)), jnp.inf)
+
     def cond(state):
         x, aux, e, g, k, cg_total, stalled = state
-        return (k < max_iters) & (jnp.max(jnp.abs(g)) >= tol) & ~stalled
+        return (k < max_iters) & (gradient_norm(e, g) >= tol) & ~stalled & jnp.isfinite(e)
 
     def body(state):
         x, aux, e, g, k, cg_total, _ = state
@@ -172,5 +176,5 @@ def newton_cg(
     e0, g0 = value_and_grad(x0, aux0)
     state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False))
     x, _, e, g, k, cg_total, stalled = lax.while_loop(cond, body, state)
-    gnorm = jnp.max(jnp.abs(g))
+    gnorm = gradient_norm(e, g)
     return NewtonResult(x, e, gnorm, k, cg_total, gnorm < tol, stalled)

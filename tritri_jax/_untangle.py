@@ -453,8 +453,8 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
 
 
 def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
-    """Phase 2 from ``x1``: Gauss-Newton steps, resumed with larger buffers if a step stalled on a
-    full one; then exact-Hessian polish steps only if the gradient is still above the stationarity
+    """Phase 2 from ``x1``: Gauss-Newton steps, resumed with larger buffers if they stalled or
+    stopped on a full one; then exact-Hessian polish steps only if the gradient is still above the stationarity
     threshold (so their compile is paid only when needed).
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
@@ -468,7 +468,8 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
         cg_total += int(result.cg_iterations)
         grown = _relax_setup(problem, settings, x, setup)
         same_size = (grown.capacity, grown.active_capacity) == (setup.capacity, setup.active_capacity)
-        if float(result.gradient_norm) < _STATIONARY or same_size or not bool(result.stalled):
+        finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
+        if same_size or (finite and (float(result.gradient_norm) < _STATIONARY or not bool(result.stalled))):
             break
         setup = grown
     if float(result.gradient_norm) >= _STATIONARY and settings.relax_polish > 0:
