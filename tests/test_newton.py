@@ -59,6 +59,6 @@ def test_a_point_where_the_energy_is_not_finite_is_never_called_converged():
     def energy(x, aux):
         return jnp.sum((x - 3.0) ** 2) + jnp.where(aux[0] > 1.0, jnp.inf, 0.0)
 
-    result = tt.newton_cg(energy, jnp.zeros(2), prepare=lambda x: x, hessian=lambda x, aux: (lambda v: 2 * v))
+    result = tt.newton_cg(energy, jnp.zeros(2), prepare=lambda x: x, hessian=lambda x, aux: lambda v: 2 * v)
     assert not bool(result.converged) and float(result.gradient_norm) == np.inf
     assert int(result.iterations) == 1 and not np.isfinite(float(result.energy))
