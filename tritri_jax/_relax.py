@@ -170,11 +170,21 @@ relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol"
 
 
 def close_count(x, theta, setup: RelaxSetup):
-    """How many neighbours of ``x`` are closer than ``dhat``, and whether the neighbour list overflowed
-    (eager sizing of the buffers)."""
+    """For the eager sizing of the buffers at ``x``: how many neighbours are closer than ``dhat``,
+    how many the crossing check examines closely (survivors of its plane-side early-out), and
+    whether the neighbour list overflowed."""
     rest = rest_shape(theta, setup.edges)
     near = neighbours(x, setup, rest.h)
-    return close_pairs(x, setup, near, setup.margin * rest.h)[1], near.overflowed
+    found = judge_pairs(
+        x,
+        setup.faces,
+        near.pairs,
+        jnp.sum(near.mask),
+        survivor_capacity=setup.survivor_capacity,
+        flagged_capacity=8,
+        keep_ambiguous=False,
+    )
+    return close_pairs(x, setup, near, setup.margin * rest.h)[1], found.num_survivors, near.overflowed
 
 
 close_count_jit = jax.jit(close_count)

@@ -427,7 +427,7 @@ def _run_phase1(problem: _Problem, settings: UntangleOptions, progress):
 
 def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
     """Size phase 2's buffers from the neighbours at ``x1`` (growing until nothing overflows there,
-    with room for the close pairs to quadruple)."""
+    with room for the close pairs to quadruple and the crossing check's survivors to double)."""
     num_faces = problem.faces.shape[0]
     if setup is None:
         setup = RelaxSetup(
@@ -443,12 +443,14 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
             max_step=settings.relax_step,
         )
     while True:
-        close, overflowed = close_count_jit(x1, problem.theta, setup)
+        close, survivors, overflowed = close_count_jit(x1, problem.theta, setup)
         if bool(overflowed):
             setup = dataclasses.replace(setup, capacity=2 * setup.capacity)
             continue
         if 4 * int(close) > setup.active_capacity:
             setup = dataclasses.replace(setup, active_capacity=_bucket(4 * int(close)))
+        if 2 * int(survivors) > setup.survivor_capacity:  # a full one rejects every trial point
+            setup = dataclasses.replace(setup, survivor_capacity=_bucket(2 * int(survivors)))
         return setup
 
 
@@ -467,7 +469,8 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
         steps += int(result.iterations)
         cg_total += int(result.cg_iterations)
         grown = _relax_setup(problem, settings, x, setup)
-        same_size = (grown.capacity, grown.active_capacity) == (setup.capacity, setup.active_capacity)
+        sizes = lambda s: (s.capacity, s.active_capacity, s.survivor_capacity)  # noqa: E731
+        same_size = sizes(grown) == sizes(setup)
         finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
         if same_size or (finite and (float(result.gradient_norm) < _STATIONARY or not bool(result.stalled))):
             break
