@@ -95,9 +95,11 @@ for name, vertices, faces in meshes:
         p = tt.untangle(vertices, faces, method="paper", relax=False)
         paper = f"{int(p.num_intersections)} ({p.seconds:.1f})"
     adam_pairs, adam_steps = adam_baseline(vertices, faces, args.baseline_steps)
+    gradient = float(result.relax_gradient_norm)
+    stationary = "" if bool(result.relax_converged) else f", not stationary: |g| {gradient:.1e}"
     print(
         f"| {name} | {len(faces):,} | {before} | {int(result.iterations)} | "
-        f"{int(result.relax_iterations)} ({int(result.relax_cg_iterations)}) | {result.seconds:.2f} | "
+        f"{int(result.relax_iterations)} ({int(result.relax_cg_iterations)}){stationary} | {result.seconds:.2f} | "
         f"{max(first.seconds - result.seconds, 0):.1f} | {int(result.num_intersections)} | "
         f"{float(result.max_displacement):.3f} | {float(result.mean_displacement):.4f} | "
         f"{float(result.worst_edge_ratio):.2f} | {paper} | {adam_pairs} ({adam_steps}) |",
