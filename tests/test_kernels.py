@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tritri_jax as tt
@@ -185,6 +185,13 @@ _GN_WITH_MARGIN = jax.jit(lambda a, b, m: tt.pair_energy_grad_hessian(a, b, marg
 
 @SETTINGS
 @given(strategies.random_pair(), st.floats(0.0, 0.3))
+@example(  # nearly coincident vertices: J's rows nearly parallel, one Gram-Schmidt pass lost orthogonality
+    pair=(
+        np.array([[1.0, -0.5, 0.0], [0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]),
+        np.array([[1.0, -0.5, 1e-12], [0.0, 0.0, 1.0], [0.5, -1.0614302613788157e-14, 0.0]]),
+    ),
+    margin=0.0,
+)
 def test_gauss_newton_equals_eq4_and_both_hessians_are_psd(compiled, pair, margin):
     u, v = (jnp.asarray(t) for t in pair)
     e, g, h = _GN_WITH_MARGIN(u, v, margin)

@@ -368,6 +368,8 @@ def _orthonormal_rows(j):
     q0 = safe_divide(j[0], norm0)
     r10 = jnp.dot(j[1], q0)
     rest = j[1] - r10 * q0
+    again = jnp.dot(rest, q0)  # re-orthogonalise ("twice is enough"): nearly parallel rows lose it once
+    rest, r10 = rest - again * q0, r10 + again
     norm1 = jnp.sqrt(jnp.dot(rest, rest))
     q1 = safe_divide(rest, norm1)
     r = jnp.array([[norm0, 0], [r10, norm1]], dtype=j.dtype)
