@@ -104,6 +104,20 @@ def close_pairs(x, setup: RelaxSetup, near: Neighbours, dhat):
     return stream_compact(within, num_boxed, chunk, jnp.full((setup.active_capacity, 2), -1, jnp.int32))
 
 
+def crossing_check(x, setup: RelaxSetup, near: Neighbours):
+    """The float predicate on the neighbours at ``x`` (ambiguous pairs count as crossing): the
+    line search's admissibility test, also used to size its survivor buffer."""
+    return judge_pairs(
+        x,
+        setup.faces,
+        near.pairs,
+        jnp.sum(near.mask),
+        survivor_capacity=setup.survivor_capacity,
+        flagged_capacity=8,
+        keep_ambiguous=False,
+    )
+
+
 def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):
     """Elastic energy to the rest shape ``theta`` plus the barrier on the neighbours closer than
     ``dhat``; ``inf`` if they do not fit in ``active_capacity`` (or the neighbour list overflowed)."""
@@ -138,15 +152,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         return lambda v: elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
 
     def accept(x, near):
-        found = judge_pairs(
-            x,
-            setup.faces,
-            near.pairs,
-            jnp.sum(near.mask),
-            survivor_capacity=setup.survivor_capacity,
-            flagged_capacity=8,
-            keep_ambiguous=False,
-        )
+        found = crossing_check(x, setup, near)
         return (found.num_flagged == 0) & (found.num_survivors <= setup.survivor_capacity)
 
     options = dict(
@@ -175,15 +181,7 @@ def close_count(x, theta, setup: RelaxSetup):
     whether the neighbour list overflowed."""
     rest = rest_shape(theta, setup.edges)
     near = neighbours(x, setup, rest.h)
-    found = judge_pairs(
-        x,
-        setup.faces,
-        near.pairs,
-        jnp.sum(near.mask),
-        survivor_capacity=setup.survivor_capacity,
-        flagged_capacity=8,
-        keep_ambiguous=False,
-    )
+    found = crossing_check(x, setup, near)
     return close_pairs(x, setup, near, setup.margin * rest.h)[1], found.num_survivors, near.overflowed
 
 
