@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.optimize import lsq_linear, nnls
 
 from tritri_jax import _distance as dist
-from tritri_jax._mesh_energy import _barrier_block
+from tritri_jax._mesh_energy import _barrier_block, barrier_energy, barrier_hessian
 from tritri_jax._vec3 import AOS, SOA
 
 from .strategies import adversarial_pairs, any_pair, triangle
@@ -181,3 +181,25 @@ def test_barrier_derivatives_are_finite_on_awkward_pairs():
             assert np.all(np.isfinite(np.asarray(array)))
     eigenvalues = np.linalg.eigvalsh(np.asarray(blocks))
     assert np.all(eigenvalues >= -1e-8 * np.maximum(1, np.abs(eigenvalues).max(axis=1, keepdims=True)))
+
+
+def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian():
+    # a strip of triangles over a parallel one, dhat large enough that every listed pair counts
+    rng = np.random.default_rng(4)
+    grid = np.array([[i, j, 0.0] for i in range(3) for j in range(2)])
+    vertices = jnp.asarray(np.concatenate([grid, grid + [0.1, 0.2, 0.3]]) + 0.02 * rng.normal(size=(12, 3)))
+    strip = np.array([[0, 2, 1], [1, 2, 3], [2, 4, 3], [3, 4, 5]])
+    faces = jnp.asarray(np.concatenate([strip, strip + 6]), jnp.int32)
+    pairs = jnp.asarray([[0, 4], [1, 5], [2, 6], [0, 2], [3, 7], [-1, -1]], jnp.int32)  # [0, 2] share a vertex
+    count, dhat = 5, 1.0
+    dense = jax.hessian(lambda x: barrier_energy(x, faces, pairs, jnp.arange(6) < count, dhat))(vertices)
+    dense = np.asarray(dense).reshape(36, 36)
+    blocks = barrier_hessian(vertices, faces, pairs, count, dhat)
+    rows = (3 * np.asarray(blocks.corners)[:, :, None] + np.arange(3)).reshape(-1, 18)
+    assembled = np.zeros((36, 36))
+    np.add.at(assembled, (rows[:, :, None], rows[:, None, :]), np.asarray(blocks.blocks))
+    assert np.abs(dense).max() > 0 and np.all(np.isfinite(dense))
+    np.testing.assert_allclose(assembled, dense, rtol=1e-8, atol=1e-10 * np.abs(dense).max())
+    fewer = np.asarray(barrier_hessian(vertices, faces, pairs, 2, dhat).blocks)  # only the live rows are filled
+    np.testing.assert_allclose(fewer[:2], np.asarray(blocks.blocks)[:2])
+    assert np.all(fewer[2:] == 0)

@@ -1,10 +1,13 @@
-"""Layer 4: the generic newton_cg: convergence, step cap, admissibility, and the prepare hook."""
+"""Layer 4: the generic newton_cg: convergence, step caps (fixed and adaptive), admissibility, the
+prepare hook, and preconditioned CG."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import tritri_jax as tt
+from tritri_jax._newton import conjugate_gradient
 
 
 def _rosenbrock(x):
@@ -62,3 +65,37 @@ def test_a_point_where_the_energy_is_not_finite_is_never_called_converged():
     result = tt.newton_cg(energy, jnp.zeros(2), prepare=lambda x: x, hessian=lambda x, aux: lambda v: 2 * v)
     assert not bool(result.converged) and float(result.gradient_norm) == np.inf
     assert int(result.iterations) == 1 and not np.isfinite(float(result.energy))
+
+
+def test_preconditioned_cg_solves_the_same_system_in_fewer_iterations():
+    scale = jnp.logspace(0, 4, 40)  # condition number 1e4, ill-scaled on purpose
+    rng = np.random.default_rng(3)
+    q, _ = np.linalg.qr(rng.normal(size=(40, 40)))
+    a = jnp.asarray(np.diag(np.asarray(scale)) + 1e-2 * q @ np.diag(rng.random(40)) @ q.T)
+    b = jnp.asarray(rng.normal(size=40))
+    plain, k_plain = conjugate_gradient(lambda v: a @ v, b, maxiter=400, rtol=1e-10)
+    jacobi, k_jacobi = conjugate_gradient(lambda v: a @ v, b, maxiter=400, rtol=1e-10, precondition=lambda r: r / scale)
+    expected = np.linalg.solve(np.asarray(a), np.asarray(b))
+    np.testing.assert_allclose(np.asarray(plain), expected, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jacobi), expected, rtol=1e-6)
+    assert int(k_jacobi) * 3 < int(k_plain)
+
+
+def test_adaptive_step_cap_follows_the_steps_and_reaches_prepare():
+    caps = []
+
+    def prepare(x, cap):
+        jax.debug.callback(lambda c: caps.append(float(c)), cap)
+        return None
+
+    def energy(x, aux):
+        return jnp.sum((x - 3.0) ** 2) + 0.1 * jnp.sum(x**4)
+
+    x0 = jnp.zeros((5, 3))
+    result = tt.newton_cg(energy, x0, prepare=prepare, max_step=0.5, step_growth=4.0, tol=1e-10, max_iters=60)
+    jax.effects_barrier()
+    assert bool(result.converged)
+    assert caps[0] == 0.5 and all(0.5 / 16 - 1e-12 <= c <= 0.5 + 1e-12 for c in caps)
+    assert caps[-1] < 0.5  # near the minimum the steps, and so the caps, have shrunk
+    with pytest.raises(ValueError, match="step_growth needs max_step"):
+        tt.newton_cg(energy, x0, prepare=prepare, step_growth=4.0)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 
 from ._safe import safe_norm
 
@@ -79,8 +80,39 @@ def elastic_energy(x, rest: RestShape, *, bending=1.0, pull=1e-2):
 
 
 def elastic_gauss_newton(x, rest: RestShape, *, bending=1.0, pull=1e-2):
-    """``v -> 2 J^T J v`` at ``x`` (PSD), the Gauss-Newton operator of ``elastic_energy``."""
+    """``v -> H v`` at ``x``, PSD: the Gauss-Newton operator ``2 J^T J`` of ``elastic_energy`` plus
+    the springs' curvature across stretched edges, $\\frac{2}{l^2} \\frac{|d| - l}{|d|} (I - n n^T)$
+    (the part of their exact Hessian that Gauss-Newton drops; across compressed edges it is negative
+    and left out). Without it, steps overshot along stretched edges and the line search halved them."""
     residuals = lambda y: elastic_residuals(y, rest, bending=bending, pull=pull)  # noqa: E731
     _, jvp = jax.linearize(residuals, x)
     vjp = jax.linear_transpose(jvp, x)
-    return lambda v: 2 * vjp(jvp(v))[0]
+    e = rest.edges
+    d = x[e[:, 0]] - x[e[:, 1]]
+    length = safe_norm(d)
+    n = d / jnp.where(length > 0, length, 1)[:, None]
+    tension = 2 / rest.rest_lengths**2 * jnp.maximum(length - rest.rest_lengths, 0) / jnp.where(length > 0, length, 1)
+
+    def across(v):
+        dv = v[e[:, 0]] - v[e[:, 1]]
+        f = tension[:, None] * (dv - n * jnp.sum(n * dv, axis=1, keepdims=True))
+        num = x.shape[0]
+        return jax.ops.segment_sum(f, e[:, 0], num) - jax.ops.segment_sum(f, e[:, 1], num)
+
+    return lambda v: 2 * vjp(jvp(v))[0] + across(v)
+
+
+def stiffness_matrix(edges, num_vertices: int, h: float, *, bending=1.0, pull=1e-2):
+    """The constant part of the elastic Gauss-Newton operator, per coordinate, as a scipy sparse
+    ``(V, V)`` matrix (host side; phase 2 preconditions its CG solves with a multigrid of it):
+
+    $$ \\frac{2}{h^2} \\left( w_b L^T L + \\tfrac13 L + w_p I \\right) $$
+
+    The bending and pull terms are exact; the springs' $2 n n^T / l^2$ per edge, which turn with the
+    edges, are replaced by their average over directions, $\\tfrac13 \\cdot 2 / h^2$ per edge."""
+    edges = np.asarray(edges).reshape(-1, 2)
+    ones = np.ones(len(edges))
+    adjacency = sp.coo_matrix((ones, (edges[:, 0], edges[:, 1])), shape=(num_vertices, num_vertices))
+    adjacency = (adjacency + adjacency.T).tocsr()
+    lap = sp.diags(np.asarray(adjacency.sum(axis=1)).ravel()) - adjacency
+    return (2 / h**2) * (bending * (lap.T @ lap) + lap / 3 + pull * sp.identity(num_vertices))

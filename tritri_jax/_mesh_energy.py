@@ -13,11 +13,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import _exact
 from ._broad_phase import CandidatePairs, candidate_pairs, stream_compact
 from ._distance import barrier, pair_barrier, primitive_distances_sq
 from ._kernels import classify, clearly_apart, crossing_length, gauss_newton_factor, pair_energy
+from ._safe import safe_divide
 from ._types import Array, Faces, Float, Int, Vertices
 
 _MEASURES = {"energy": pair_energy, "length": crossing_length}
@@ -239,7 +241,16 @@ class BlockSystem(NamedTuple):
 
 
 def _barrier_block(u, v, same, dhat_sq):
-    """Gauss-Newton block of one pair's barrier: $\\sum_k m_k\\, b''(r_k)\\, \\nabla r_k \\nabla r_k^T$ (PSD)."""
+    """Gauss-Newton block of one pair's barrier in the distances $\\rho_k = d_k / \\hat d$ (PSD):
+
+    $$ \\sum_k m_k\\, B''(\\rho_k)\\, \\nabla \\rho_k \\nabla \\rho_k^T
+       = \\sum_k m_k \\left(b''(r_k) + \\frac{b'(r_k)}{2 r_k}\\right) \\nabla r_k \\nabla r_k^T,
+       \\qquad B(\\rho) = b(\\rho^2), $$
+
+    exact along each distance gradient (Gauss-Newton in $r = \\rho^2$ would drop $2 b'(r) < 0$ there).
+    The weight is positive wherever the log is evaluated; it is clamped at 0 on the linear
+    continuation below the floor.
+    """
 
     def ratios(x):
         dist, counted, molli = primitive_distances_sq(x[:9].reshape(3, 3), x[9:].reshape(3, 3), same)
@@ -248,17 +259,53 @@ def _barrier_block(u, v, same, dhat_sq):
 
     x = jnp.concatenate([u.reshape(-1), v.reshape(-1)])
     jacobian, (r, counted, molli) = jax.jacfwd(ratios, has_aux=True)(x)
-    curvature = jax.vmap(jax.grad(jax.grad(barrier)))(r)
-    weight = jnp.where(counted, molli * curvature, 0.0)
+    slope = jax.vmap(jax.grad(barrier))(r)
+    curvature = jax.vmap(jax.grad(jax.grad(barrier)))(r) + safe_divide(slope, 2 * r)
+    weight = jnp.where(counted, molli * jnp.maximum(curvature, 0.0), 0.0)
     return jnp.einsum("kn,k,km->nm", jacobian, weight, jacobian)
 
 
-def barrier_gauss_newton(vertices, faces, pairs, mask, dhat) -> BlockSystem:
-    """PSD Gauss-Newton blocks of ``barrier_energy`` over the given pairs (zero where ``mask`` is false)."""
-    u, v = pair_triangles(vertices, faces, pairs)
-    blocks = jax.vmap(_barrier_block, in_axes=(0, 0, 0, None))(u, v, shared_vertices(faces, pairs), dhat**2)
-    corners = faces[jnp.maximum(pairs, 0)].reshape(-1, 6)
-    return BlockSystem(corners, jnp.where(mask[:, None, None], blocks, 0))
+def _pair_barrier_hessian(u, v, same, dhat_sq):
+    """Exact 18 x 18 Hessian of one pair's barrier (in the order ``u``'s corners, then ``v``'s)."""
+
+    def energy(x):
+        return pair_barrier(x[:9].reshape(3, 3), x[9:].reshape(3, 3), same, dhat_sq)
+
+    return jax.hessian(energy)(jnp.concatenate([u.reshape(-1), v.reshape(-1)]))
+
+
+def _live_blocks(block, vertices, faces, pairs, count, dhat, chunk: int = 16) -> BlockSystem:
+    """``block(u, v, same, dhat_sq)`` of the first ``count`` pairs, in chunks of ``chunk`` up to the
+    live count (a per-pair Hessian costs ~0.1 ms: all of a 1024-slot buffer took 275 ms per Newton
+    step for 6 live pairs); the other rows are zero."""
+    capacity = pairs.shape[0]
+    chunk = min(chunk, capacity)
+    padded = jnp.concatenate([pairs, jnp.full((chunk, 2), -1, pairs.dtype)])
+
+    def body(k, blocks):
+        rows = lax.dynamic_slice_in_dim(padded, k * chunk, chunk)
+        u, v = pair_triangles(vertices, faces, rows)
+        values = jax.vmap(block, in_axes=(0, 0, 0, None))(u, v, shared_vertices(faces, rows), dhat**2)
+        live = k * chunk + jnp.arange(chunk) < count
+        return lax.dynamic_update_slice_in_dim(blocks, jnp.where(live[:, None, None], values, 0), k * chunk, 0)
+
+    blocks = jnp.zeros((capacity + chunk, 18, 18), vertices.dtype)
+    blocks = lax.fori_loop(0, (jnp.minimum(count, capacity) + chunk - 1) // chunk, body, blocks)
+    return BlockSystem(faces[jnp.maximum(pairs, 0)].reshape(-1, 6), blocks[:capacity])
+
+
+def barrier_gauss_newton(vertices, faces, pairs, count, dhat) -> BlockSystem:
+    """PSD Gauss-Newton blocks of ``barrier_energy`` over the first ``count`` of ``pairs``."""
+    return _live_blocks(_barrier_block, vertices, faces, pairs, count, dhat)
+
+
+def barrier_hessian(vertices, faces, pairs, count, dhat) -> BlockSystem:
+    """Exact per-pair Hessian blocks of ``barrier_energy`` over the first ``count`` of ``pairs``.
+    Not projected: a block may be indefinite (the barrier's pull along a distance's tangent is
+    concave); the sum with a stiff elastic part is PSD near a minimum, and CG stops on negative
+    curvature elsewhere. Projected blocks, or Gauss-Newton ones, drop that curvature and Newton then
+    converges only linearly, ~0.6 per step (docs/untangling.md)."""
+    return _live_blocks(_pair_barrier_hessian, vertices, faces, pairs, count, dhat)
 
 
 def block_vector_product(system: BlockSystem, x: Float[Array, "V 3"]) -> Float[Array, "V 3"]:

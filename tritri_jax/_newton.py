@@ -32,40 +32,46 @@ class NewtonResult(NamedTuple):
     stalled: Bool[Array, ""]
 
 
-def conjugate_gradient(matvec, b, *, maxiter: int, rtol):
+def conjugate_gradient(matvec, b, *, maxiter: int, rtol, precondition=None):
     """Solve ``A x = b`` for PSD ``A`` given as ``matvec``; returns ``(x, iterations)``.
 
-    Stops when ``|r| <= rtol |b|``, after ``maxiter`` iterations, or on a direction of non-positive
-    curvature (then the iterate so far is returned, still a descent direction for Newton).
+    ``precondition``: ``r -> M^{-1} r`` for a symmetric positive definite ``M`` close to ``A``
+    (preconditioned CG), or ``None``. Stops when ``|r| <= rtol |b|``, after ``maxiter`` iterations,
+    or on a direction of non-positive curvature (then the iterate so far is returned, still a
+    descent direction for Newton).
     """
 
     def dot(a, c):
         return jnp.sum(a * c)
 
+    if precondition is None:
+        precondition = lambda r: r  # noqa: E731
     x = jnp.zeros_like(b)
     r = b
-    p = r
-    rr = dot(r, r)
-    target = rtol**2 * rr
+    z0 = precondition(b)
+    p = z0
+    rz = dot(r, z0)
+    target = rtol**2 * dot(b, b)
 
     def cond(state):
-        _, _, _, rr, k, stop = state
-        return (k < maxiter) & (rr > target) & ~stop
+        _, r, _, _, k, stop = state
+        return (k < maxiter) & (dot(r, r) > target) & ~stop
 
     def body(state):
-        x, r, p, rr, k, _ = state
+        x, r, p, rz, k, _ = state
         ap = matvec(p)
         curvature = dot(p, ap)
         ok = curvature > 0
-        alpha = jnp.where(ok, rr / jnp.where(ok, curvature, 1), 0)
+        alpha = jnp.where(ok, rz / jnp.where(ok, curvature, 1), 0)
         x = x + alpha * p
         r = r - alpha * ap
-        rr_new = dot(r, r)
-        p = r + (rr_new / jnp.where(rr > 0, rr, 1)) * p
-        return x, r, p, rr_new, k + 1, ~ok
+        z = precondition(r)
+        rz_new = dot(r, z)
+        p = z + (rz_new / jnp.where(rz > 0, rz, 1)) * p
+        return x, r, p, rz_new, k + 1, ~ok
 
-    x, _, _, _, k, _ = lax.while_loop(cond, body, (x, r, p, rr, jnp.int32(0), jnp.bool_(False)))
-    x = jnp.where(jnp.any(x != 0), x, b)  # nothing learned (first direction flat): steepest descent
+    x, _, _, _, k, _ = lax.while_loop(cond, body, (x, r, p, rz, jnp.int32(0), jnp.bool_(False)))
+    x = jnp.where(jnp.any(x != 0), x, z0)  # nothing learned (first direction flat): preconditioned steepest descent
     return x, k
 
 
@@ -76,11 +82,13 @@ def newton_cg(
     hessian: Callable | None = None,
     accept: Callable | None = None,
     prepare: Callable | None = None,
+    preconditioner: Callable | None = None,
     max_iters: int = 50,
     cg_iters: int = 100,
     cg_rtol: float = 1e-2,
     tol: float = 1e-8,
     max_step=None,
+    step_growth: float | None = None,
     damping: float = 0.0,
     line_search_steps: int = 12,
 ) -> NewtonResult:
@@ -99,9 +107,15 @@ def newton_cg(
     - ``prepare``: ``x -> aux`` (a PyTree), computed once per accepted point and passed as a second
       argument to ``energy``, ``hessian`` and ``accept`` (a neighbour list valid for the whole line
       search, say; ``grad`` is taken in ``x`` only). Default: none, and the callables take ``x`` alone.
+    - ``preconditioner``: ``x -> (r -> M^{-1} r)``, built once per Newton step like ``hessian``, with
+      ``M`` symmetric positive definite and close to the Hessian (preconditioned CG); default: none.
     - ``max_iters``, ``cg_iters``, ``cg_rtol``: Newton and CG budgets; CG's relative tolerance.
     - ``tol``: stop when $\\max |g| <$ ``tol``.
     - ``max_step``: cap on the largest row norm of each step (rows of ``x`` are points), or ``None``.
+    - ``step_growth``: with ``max_step``, an adaptive cap: each step's is ``step_growth`` times the
+      previous step's largest row norm, within ``[max_step / 16, max_step]`` (the first step's is
+      ``max_step``), and ``prepare`` is called as ``prepare(x, cap)`` (a neighbour list then only
+      needs to reach as far as the step can go: near a minimum the steps, and the lists, shrink).
     - ``damping``: $\\mu \\ge 0$ added to the Hessian.
     - ``line_search_steps``: halvings tried before declaring a stall (Armijo condition, $c = 10^{-4}$).
 
@@ -113,12 +127,20 @@ def newton_cg(
 
     ```
     """
+    if step_growth is not None and max_step is None:
+        raise ValueError("newton_cg: step_growth needs max_step")
     if prepare is None:
         f, h, a = energy, hessian, accept
         energy = lambda x, _: f(x)  # noqa: E731
         hessian = None if h is None else (lambda x, _: h(x))
         accept = None if a is None else (lambda x, _: a(x))
+        pc = preconditioner
+        preconditioner = None if pc is None else (lambda x, _: pc(x))
         prepare = lambda x: None  # noqa: E731
+    if step_growth is None:
+        prepare_at = lambda x, cap: prepare(x)  # noqa: E731
+    else:
+        prepare_at = prepare
     value_and_grad = jax.value_and_grad(energy)
     if hessian is None:
 
@@ -134,20 +156,23 @@ def newton_cg(
         return jnp.where(jnp.isfinite(e), jnp.max(jnp.abs(g)), jnp.inf)
 
     def cond(state):
-        x, aux, e, g, k, cg_total, stalled = state
+        x, aux, e, g, k, cg_total, stalled, _ = state
         return (k < max_iters) & (gradient_norm(e, g) >= tol) & ~stalled & jnp.isfinite(e)
 
     def body(state):
-        x, aux, e, g, k, cg_total, _ = state
+        x, aux, e, g, k, cg_total, _, cap = state
         operator = hessian(x, aux)
-        d, cg_k = conjugate_gradient(lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=cg_rtol)
+        precondition = None if preconditioner is None else preconditioner(x, aux)
+        d, cg_k = conjugate_gradient(
+            lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=cg_rtol, precondition=precondition
+        )
         slope = jnp.sum(g * d)
         d = jnp.where(slope < 0, d, -g)  # never go uphill
         slope = jnp.where(slope < 0, slope, -jnp.sum(g * g))
+        largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
         if max_step is not None:
-            largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
-            shrink = jnp.minimum(1.0, max_step / jnp.where(largest > 0, largest, 1))
-            d, slope = d * shrink, slope * shrink
+            shrink = jnp.minimum(1.0, cap / jnp.where(largest > 0, largest, 1))
+            d, slope, largest = d * shrink, slope * shrink, largest * shrink
 
         def ls_cond(ls):
             alpha, _, _, ok, j = ls
@@ -162,19 +187,22 @@ def newton_cg(
             return jnp.where(ok, alpha, alpha / 2), trial, e_trial, ok, j + 1
 
         one = jnp.ones((), e.dtype)
-        _, trial, _, ok, _ = lax.while_loop(ls_cond, ls_body, (one, x, e, jnp.bool_(False), jnp.int32(0)))
+        alpha, trial, _, ok, j_f = lax.while_loop(ls_cond, ls_body, (one, x, e, jnp.bool_(False), jnp.int32(0)))
+        if step_growth is not None:
+            cap = jnp.where(ok, jnp.clip(step_growth * alpha * largest, max_step / 16, max_step), cap).astype(cap.dtype)
 
         def moved():
-            aux_new = prepare(trial)
+            aux_new = prepare_at(trial, cap)
             e_new, g_new = value_and_grad(trial, aux_new)
             return trial, aux_new, e_new, g_new
 
         x, aux, e, g = lax.cond(ok, moved, lambda: (x, aux, e, g))
-        return x, aux, e, g, k + ok.astype(jnp.int32), cg_total + cg_k, ~ok
+        return x, aux, e, g, k + ok.astype(jnp.int32), cg_total + cg_k, ~ok, cap
 
-    aux0 = prepare(x0)
+    cap0 = jnp.asarray(jnp.inf if max_step is None else max_step, jax.tree_util.tree_leaves(x0)[0].dtype)
+    aux0 = prepare_at(x0, cap0)
     e0, g0 = value_and_grad(x0, aux0)
-    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False))
-    x, _, e, g, k, cg_total, stalled = lax.while_loop(cond, body, state)
+    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False), cap0)
+    x, _, e, g, k, cg_total, stalled, _ = lax.while_loop(cond, body, state)
     gnorm = gradient_norm(e, g)
     return NewtonResult(x, e, gnorm, k, cg_total, gnorm < tol, stalled)

@@ -13,13 +13,15 @@ plane, and its line search stalled there: docs/untangling.md). Each Newton step
 - builds one neighbour list: the face pairs whose boxes, grown by $\\hat d/2$ + the step cap,
   overlap (``prepare``). Every pair that can be within $\\hat d$, or cross, anywhere along the
   capped step is in it, so the line search evaluates the exact energy at its trial points without
-  another broad phase;
-- solves $(J^T J + \\kappa H_b)\\, d = -g$ by CG, with the elastic Gauss-Newton operator and PSD
-  Gauss-Newton blocks of the barrier on the pairs closer than $\\hat d$;
-- caps the step at ``max_step * h`` per vertex and backtracks (Armijo), rejecting every trial at
-  which the float predicate finds a crossing pair among the neighbours.
+  another broad phase. The cap adapts (4 x the last step, within ``max_step * h`` / 16 and
+  ``max_step * h``), so near the minimum the list holds little more than the close pairs;
+- solves $H d = -g$ by CG preconditioned with a multigrid V-cycle of the constant elastic
+  stiffness (``_multigrid``), $H$ = a PSD Gauss-Newton operator far from the minimum and the exact
+  Hessian near it (``relax``), the barrier's part as dense blocks on the pairs closer than $\\hat d$;
+- backtracks (Armijo), rejecting every trial at which the float predicate finds a crossing pair
+  among the neighbours.
 
-A few exact-Hessian steps then polish the stationary point, where ``untangle`` gets its implicit VJP.
+``untangle`` gets its implicit VJP at the stationary point this reaches.
 """
 
 import equinox as eqx
@@ -33,12 +35,14 @@ from ._elastic import elastic_energy, elastic_gauss_newton, rest_shape
 from ._mesh_energy import (
     barrier_energy,
     barrier_gauss_newton,
+    barrier_hessian,
     block_vector_product,
     judge_pairs,
     pair_mask,
     pair_triangles,
     shared_vertices,
 )
+from ._multigrid import Multigrid, v_cycle
 from ._newton import conjugate_gradient, newton_cg
 from ._types import Array
 
@@ -56,6 +60,7 @@ class RelaxSetup(eqx.Module):
     margin: float  # dhat, in mean rest edge lengths h
     barrier_weight: float
     max_step: float  # largest vertex move per Newton step, in h
+    preconditioner: Multigrid | None = None  # of the constant elastic stiffness (``stiffness_matrix``)
 
 
 class Neighbours(eqx.Module):
@@ -66,9 +71,11 @@ class Neighbours(eqx.Module):
     overflowed: Array
 
 
-def neighbours(x, setup: RelaxSetup, h) -> Neighbours:
-    """Face pairs that can come within ``dhat`` of each other, or cross, during one capped step."""
-    padding = h * (0.5 * setup.margin + setup.max_step)
+def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
+    """Face pairs that can come within ``dhat`` of each other, or cross, during one step that moves
+    no vertex farther than ``reach`` (default: the largest step, ``max_step * h``)."""
+    reach = setup.max_step * h if reach is None else reach
+    padding = 0.5 * setup.margin * h + reach
     candidates = candidate_pairs(
         lax.stop_gradient(x), setup.faces, capacity=setup.capacity, include_shared_edges=True, padding=padding
     )
@@ -86,6 +93,7 @@ def close_pairs(x, setup: RelaxSetup, near: Neighbours, dhat):
     lo, hi = face_bounds(x, setup.faces)
     lo, hi = (lo - 0.5 * dhat).T, (hi + 0.5 * dhat).T
     chunk = min(capacity, 1 << 14)
+    small_chunk = min(capacity, 1 << 10)  # few boxed pairs are close: a 16k chunk of distances cost 15 ms
 
     def boxes_meet(slot):
         rows = near.pairs[jnp.minimum(slot, capacity - 1)]
@@ -101,7 +109,7 @@ def close_pairs(x, setup: RelaxSetup, near: Neighbours, dhat):
         close = jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows)) < dhat**2
         return (slot < num_boxed) & close, rows
 
-    return stream_compact(within, num_boxed, chunk, jnp.full((setup.active_capacity, 2), -1, jnp.int32))
+    return stream_compact(within, num_boxed, small_chunk, jnp.full((setup.active_capacity, 2), -1, jnp.int32))
 
 
 def crossing_check(x, setup: RelaxSetup, near: Neighbours):
@@ -130,49 +138,80 @@ def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):
     return jnp.where(near.overflowed | (count > setup.active_capacity), jnp.inf, energy)
 
 
-def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: int, tol=1e-7):
-    """Phase 2 from ``x1``: up to ``iters`` Gauss-Newton-CG steps, then up to ``polish`` exact-Hessian
-    Newton steps (none compiled when 0), each loop stopping when the gradient's max-norm is below ``tol``.
+def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: int, tol=1e-7, switch=100.0):
+    """Phase 2 from ``x1``: Newton-CG in two stages, CG preconditioned by ``setup.preconditioner``
+    (a multigrid of the constant elastic stiffness), each step capped adaptively (``step_growth``:
+    the neighbour list only reaches as far as the step can go, so it shrinks near the minimum).
+
+    1. Up to ``iters`` steps with a PSD operator: the elastic Gauss-Newton operator and the
+       barrier's Gauss-Newton blocks, until the gradient's max-norm is below ``switch``.
+    2. Up to ``polish`` steps with the exact Hessian (the elastic one by linearising its gradient,
+       the barrier's exact, possibly indefinite, per-pair blocks), until below ``tol``. The
+       Gauss-Newton blocks drop the barrier's (negative) curvature across each distance gradient,
+       and with them Newton converged only linearly, by ~0.6 per step; with the exact Hessian it
+       converges quadratically. If stage 1 ran out of steps above ``switch``, stage 2 goes on with
+       stage 1's operator: far from the minimum the exact one stops CG on negative curvature after
+       2-4 iterations. ``switch`` = 100 was measured: at 1 the three-twist knot crawled along a
+       contact (|g| ~ 9 after 50 steps), at 100 it converges in 20 (docs/untangling.md).
 
     Returns both ``NewtonResult``s (the second is the first, with zero counts, when ``polish`` is 0)."""
     rest = rest_shape(theta, setup.edges)
     dhat = setup.margin * rest.h
 
-    def prepare(x):
-        return neighbours(x, setup, rest.h)
+    def prepare(x, reach):
+        return neighbours(x, setup, rest.h, reach)
 
     def energy(x, near):
         return relax_energy(x, theta, setup, near)
 
-    def gauss_newton(x, near):
-        elastic = elastic_gauss_newton(x, rest, bending=setup.bending, pull=setup.pull)
-        close, count = close_pairs(x, setup, near, dhat)
-        mask = jnp.arange(setup.active_capacity) < count
-        blocks = barrier_gauss_newton(x, setup.faces, close, mask, dhat)
-        return lambda v: elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
+    def operator(barrier_blocks, exact_elastic=None):
+        def hessian(x, near):
+            elastic = elastic_gauss_newton(x, rest, bending=setup.bending, pull=setup.pull)
+            if exact_elastic is not None:  # stage 2 near the minimum: the exact elastic Hessian
+                gauss_newton = elastic
+                _, exact = jax.linearize(
+                    jax.grad(lambda y: elastic_energy(y, rest, bending=setup.bending, pull=setup.pull)), x
+                )
+                elastic = lambda v: lax.cond(exact_elastic, exact, gauss_newton, v)  # noqa: E731
+            close, count = close_pairs(x, setup, near, dhat)
+            blocks = barrier_blocks(x, setup.faces, close, count, dhat)
+            return lambda v: elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
+
+        return hessian
 
     def accept(x, near):
         found = crossing_check(x, setup, near)
         return (found.num_flagged == 0) & (found.num_survivors <= setup.survivor_capacity)
 
+    def preconditioner(x, near):
+        return lambda r: v_cycle(setup.preconditioner, r)
+
     options = dict(
         prepare=prepare,
         accept=accept,
+        preconditioner=None if setup.preconditioner is None else preconditioner,
         cg_iters=cg_iters,
         max_step=setup.max_step * rest.h,
-        tol=tol,
+        step_growth=4.0,
         damping=1e-10,
     )
-    first = newton_cg(energy, x1, hessian=gauss_newton, max_iters=iters, **options)
-    if polish == 0:  # nothing to compile for the exact Hessian
+    stop = tol if polish == 0 else jnp.maximum(switch, tol)
+    first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=stop, **options)
+    if polish == 0:  # nothing to compile for the second stage
         return first, first._replace(
             iterations=jnp.zeros_like(first.iterations), cg_iterations=jnp.zeros_like(first.cg_iterations)
         )
-    second = newton_cg(energy, first.x, max_iters=polish, **options)
+    near_minimum = first.gradient_norm < switch  # else stage 2 goes on with Gauss-Newton blocks
+
+    def blocks(x, faces, close, count, dhat):
+        exact = lambda: barrier_hessian(x, faces, close, count, dhat)  # noqa: E731
+        return lax.cond(near_minimum, exact, lambda: barrier_gauss_newton(x, faces, close, count, dhat))
+
+    second = newton_cg(energy, first.x, hessian=operator(blocks, near_minimum), max_iters=polish, tol=tol, **options)
     return first, second
 
 
-relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol"))
+relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol", "switch"))
 
 
 def close_count(x, theta, setup: RelaxSetup):

@@ -34,7 +34,7 @@ from jax import lax
 from jax.scipy.sparse.linalg import cg
 
 from ._broad_phase import candidate_pairs
-from ._elastic import elastic_energy, elastic_gauss_newton, laplacian, rest_shape, unique_edges
+from ._elastic import elastic_energy, elastic_gauss_newton, laplacian, rest_shape, stiffness_matrix, unique_edges
 from ._mesh_energy import (
     _bucket,
     check_mesh,
@@ -45,6 +45,7 @@ from ._mesh_energy import (
     pair_system,
     pairs_energy,
 )
+from ._multigrid import multigrid
 from ._newton import newton_cg
 from ._relax import RelaxSetup, adjoint_jit, close_count_jit, relax_jit
 from ._types import Array, Bool, Float, Int
@@ -59,8 +60,9 @@ class UntangleOptions(NamedTuple):
     the largest vertex move per step, in mean edge lengths ``h``; ``cg_iters`` per smoothing solve.
     ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
     $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
-    Phase 2: ``relax`` (run it); ``relax_iters`` Gauss-Newton steps, then up to ``relax_polish``
-    exact-Hessian steps if the gradient is not yet stationary; ``relax_cg_iters`` CG iterations each;
+    Phase 2: ``relax`` (run it); up to ``relax_iters`` Newton steps with a PSD Gauss-Newton
+    operator, then up to ``relax_polish`` with the exact Hessian; ``relax_cg_iters`` CG iterations
+    each (preconditioned by a multigrid of the elastic stiffness);
     ``bending`` and ``pull`` weights of the elastic energy; ``margin``: the barrier's reach $\\hat d$
     in ``h``; ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
@@ -79,7 +81,7 @@ class UntangleOptions(NamedTuple):
     paper_kappa: float = 1.0
     relax: bool = True
     relax_iters: int = 30
-    relax_polish: int = 5
+    relax_polish: int = 20
     relax_cg_iters: int = 100
     bending: float = 1.0
     pull: float = 1e-2
@@ -428,7 +430,7 @@ def _run_phase1(problem: _Problem, settings: UntangleOptions, progress):
 def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
     """Size phase 2's buffers from the neighbours at ``x1`` (growing until nothing overflows there,
     with room for the close pairs to quadruple and the crossing check's survivors to double)."""
-    num_faces = problem.faces.shape[0]
+    num_faces, num_vertices = problem.faces.shape[0], problem.theta.shape[0]
     if setup is None:
         setup = RelaxSetup(
             faces=problem.faces,
@@ -441,6 +443,12 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
             margin=settings.margin,
             barrier_weight=settings.barrier_weight,
             max_step=settings.relax_step,
+            preconditioner=multigrid(
+                stiffness_matrix(
+                    problem.edges_np, num_vertices, problem.h, bending=settings.bending, pull=settings.pull
+                ),
+                dtype=problem.theta.dtype,
+            ),
         )
     while True:
         close, survivors, overflowed = close_count_jit(x1, problem.theta, setup)
@@ -455,31 +463,26 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
 
 
 def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
-    """Phase 2 from ``x1``: Gauss-Newton steps, resumed with larger buffers if they stalled or
-    stopped on a full one; then exact-Hessian polish steps only if the gradient is still above the stationarity
-    threshold (so their compile is paid only when needed).
+    """Phase 2 from ``x1`` (both stages of ``relax``), resumed with larger buffers if it stalled or
+    stopped on a full one.
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
     setup = _relax_setup(problem, settings, x1)
     x, steps, cg_total = x1, 0, 0
     run = functools.partial(relax_jit, theta=problem.theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 10)
     for _ in range(4):
-        result, _ = run(x, setup=setup, iters=settings.relax_iters, polish=0)
+        first, result = run(x, setup=setup, iters=settings.relax_iters, polish=settings.relax_polish)
         x = result.x
-        steps += int(result.iterations)
-        cg_total += int(result.cg_iterations)
+        steps += int(first.iterations) + int(result.iterations)
+        cg_total += int(first.cg_iterations) + int(result.cg_iterations)
         grown = _relax_setup(problem, settings, x, setup)
         sizes = lambda s: (s.capacity, s.active_capacity, s.survivor_capacity)  # noqa: E731
         same_size = sizes(grown) == sizes(setup)
         finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
-        if same_size or (finite and (float(result.gradient_norm) < _STATIONARY or not bool(result.stalled))):
+        stalled = bool(first.stalled) or bool(result.stalled)
+        if same_size or (finite and (float(result.gradient_norm) < _STATIONARY or not stalled)):
             break
         setup = grown
-    if float(result.gradient_norm) >= _STATIONARY and settings.relax_polish > 0:
-        _, result = run(x, setup=setup, iters=0, polish=settings.relax_polish)
-        x = result.x
-        steps += int(result.iterations)
-        cg_total += int(result.cg_iterations)
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
