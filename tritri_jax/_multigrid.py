@@ -62,12 +62,19 @@ def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int =
     ``max_coarse``: the largest coarsest level, solved exactly (a dense inverse); ``sweeps``: Jacobi
     sweeps before and after each coarse correction."""
     matrix = sp.csr_matrix(matrix, dtype=np.float64)
-    levels = pyamg.smoothed_aggregation_solver(matrix, max_coarse=max_coarse).levels
-    jacobi = []
-    for level in levels[:-1]:
-        diagonal = level.A.diagonal()
-        radius = pyamg.util.linalg.approximate_spectral_radius(sp.diags(1 / diagonal) @ level.A)
-        jacobi.append(jnp.asarray((4 / 3) / (radius * diagonal), dtype))  # damped Jacobi, omega = 4 / (3 rho)
+    # pyamg estimates spectral radii from numpy's global generator: seeded so that the hierarchy, and
+    # the solver's path, are reproducible (runs differed, one stalled), and the caller's state restored
+    state = np.random.get_state()
+    try:
+        np.random.seed(0)
+        levels = pyamg.smoothed_aggregation_solver(matrix, max_coarse=max_coarse).levels
+        jacobi = []
+        for level in levels[:-1]:
+            diagonal = level.A.diagonal()
+            radius = pyamg.util.linalg.approximate_spectral_radius(sp.diags(1 / diagonal) @ level.A)
+            jacobi.append(jnp.asarray((4 / 3) / (radius * diagonal), dtype))  # damped Jacobi, omega = 4 / (3 rho)
+    finally:
+        np.random.set_state(state)
     return Multigrid(
         operators=tuple(ell(level.A, dtype) for level in levels[:-1]),
         prolongations=tuple(ell(level.P, dtype) for level in levels[:-1]),

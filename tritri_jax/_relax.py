@@ -151,8 +151,9 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
        and with them Newton converged only linearly, by ~0.6 per step; with the exact Hessian it
        converges quadratically. If stage 1 ran out of steps above ``switch``, stage 2 goes on with
        stage 1's operator: far from the minimum the exact one stops CG on negative curvature after
-       2-4 iterations. ``switch`` = 100 was measured: at 1 the three-twist knot crawled along a
-       contact (|g| ~ 9 after 50 steps), at 100 it converges in 20 (docs/untangling.md).
+       2-4 iterations. Measured (docs/untangling.md): at a fixed 1 the three-twist knot crawled
+       along a contact (|g| ~ 9 after 50 steps), at 100 it converges in 20; but the trefoil starts
+       at |g| = 36, and with the exact Hessian from there it did not converge in 20 steps.
 
     Returns both ``NewtonResult``s (the second is the first, with zero counts, when ``polish`` is 0)."""
     rest = rest_shape(theta, setup.edges)
@@ -195,6 +196,8 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         step_growth=4.0,
         damping=1e-10,
     )
+    start = jnp.max(jnp.abs(jax.grad(energy)(x1, prepare(x1, options["max_step"]))))
+    switch = jnp.minimum(switch, 1e-2 * start)  # 100, or 100x below the start's gradient if that is lower
     stop = tol if polish == 0 else jnp.maximum(switch, tol)
     first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=stop, **options)
     if polish == 0:  # nothing to compile for the second stage

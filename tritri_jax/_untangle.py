@@ -463,8 +463,8 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
 
 
 def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
-    """Phase 2 from ``x1`` (both stages of ``relax``), resumed with larger buffers if it stalled or
-    stopped on a full one.
+    """Phase 2 from ``x1`` (both stages of ``relax``), resumed (with larger buffers where one was
+    full) if it stalled short of a stationary point or stopped on a full buffer, at most 4 runs.
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
     setup = _relax_setup(problem, settings, x1)
@@ -476,13 +476,11 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
         steps += int(first.iterations) + int(result.iterations)
         cg_total += int(first.cg_iterations) + int(result.cg_iterations)
         grown = _relax_setup(problem, settings, x, setup)
-        sizes = lambda s: (s.capacity, s.active_capacity, s.survivor_capacity)  # noqa: E731
-        same_size = sizes(grown) == sizes(setup)
         finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
         stalled = bool(first.stalled) or bool(result.stalled)
-        if same_size or (finite and (float(result.gradient_norm) < _STATIONARY or not stalled)):
+        if finite and (float(result.gradient_norm) < _STATIONARY or not stalled):
             break
-        setup = grown
+        setup = grown  # the same size after a stall: a plain retry, the step cap and the operator reset
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
