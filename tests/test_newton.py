@@ -99,3 +99,8 @@ def test_adaptive_step_cap_follows_the_steps_and_reaches_prepare():
     assert caps[-1] < 0.5  # near the minimum the steps, and so the caps, have shrunk
     with pytest.raises(ValueError, match="step_growth needs max_step"):
         tt.newton_cg(energy, x0, prepare=prepare, step_growth=4.0)
+
+
+def test_a_scalar_unknown_works():
+    result = tt.newton_cg(lambda x: (x - 2.0) ** 2 + 0.5 * x**4, jnp.asarray(0.0), tol=1e-10)
+    assert bool(result.converged) and abs(float(2 * (result.x - 2.0) + 2 * result.x**3)) < 1e-9

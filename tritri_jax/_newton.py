@@ -169,8 +169,9 @@ def newton_cg(
         slope = jnp.sum(g * d)
         d = jnp.where(slope < 0, d, -g)  # never go uphill
         slope = jnp.where(slope < 0, slope, -jnp.sum(g * g))
-        largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
+        largest = jnp.zeros((), d.dtype)  # the capped step's largest row norm (for step_growth)
         if max_step is not None:
+            largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
             shrink = jnp.minimum(1.0, cap / jnp.where(largest > 0, largest, 1))
             d, slope, largest = d * shrink, slope * shrink, largest * shrink
 
