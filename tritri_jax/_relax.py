@@ -196,14 +196,15 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         step_growth=4.0,
         damping=1e-10,
     )
-    start = jnp.max(jnp.abs(jax.grad(energy)(x1, prepare(x1, options["max_step"]))))
-    switch = jnp.minimum(switch, 1e-2 * start)  # 100, or 100x below the start's gradient if that is lower
-    stop = tol if polish == 0 else jnp.maximum(switch, tol)
-    first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=stop, **options)
-    if polish == 0:  # nothing to compile for the second stage
+    if polish == 0:  # one stage, nothing to compile for the second
+        first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=tol, **options)
         return first, first._replace(
             iterations=jnp.zeros_like(first.iterations), cg_iterations=jnp.zeros_like(first.cg_iterations)
         )
+    start = jnp.max(jnp.abs(jax.grad(energy)(x1, prepare(x1, options["max_step"]))))
+    switch = jnp.minimum(switch, 1e-2 * start)  # 100, or 100x below the start's gradient if that is lower
+    stop = jnp.maximum(switch, tol)
+    first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=stop, **options)
     near_minimum = first.gradient_norm < switch  # else stage 2 goes on with Gauss-Newton blocks
 
     def blocks(x, faces, close, count, dhat):

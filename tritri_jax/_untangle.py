@@ -475,12 +475,12 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
         x = result.x
         steps += int(first.iterations) + int(result.iterations)
         cg_total += int(first.cg_iterations) + int(result.cg_iterations)
-        grown = _relax_setup(problem, settings, x, setup)
         finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
         stalled = bool(first.stalled) or bool(result.stalled)
         if finite and (float(result.gradient_norm) < _STATIONARY or not stalled):
             break
-        setup = grown  # the same size after a stall: a plain retry, the step cap and the operator reset
+        # the same size after a stall: a plain retry, the step cap and the operator reset
+        setup = _relax_setup(problem, settings, x, setup)
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
