@@ -71,7 +71,7 @@ class UntangleOptions(NamedTuple):
 
     max_steps: int = 150
     restarts: int = 2
-    smoothing: float = 20.0
+    smoothing: float = 80.0
     min_smoothing: float = 1.25
     step_fraction: float = 0.2
     patience: int = 10
