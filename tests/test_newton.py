@@ -104,3 +104,21 @@ def test_adaptive_step_cap_follows_the_steps_and_reaches_prepare():
 def test_a_scalar_unknown_works():
     result = tt.newton_cg(lambda x: (x - 2.0) ** 2 + 0.5 * x**4, jnp.asarray(0.0), tol=1e-10)
     assert bool(result.converged) and abs(float(2 * (result.x - 2.0) + 2 * result.x**3)) < 1e-9
+
+
+def test_expansion_escapes_a_log_barrier_start_in_a_few_steps():
+    """From 1e-8 on -log(x) + x, each Newton step only doubles x; expand=True doubles the step
+    itself, within the cap, while the energy falls (and never past an inadmissible point)."""
+
+    def energy(x):
+        return jnp.sum(jnp.where(x > 0, x - jnp.log(jnp.where(x > 0, x, 1.0)), jnp.inf))
+
+    x0 = jnp.full((1, 1), 1e-8)
+    plain = tt.newton_cg(energy, x0, max_iters=60, tol=1e-9, max_step=4.0)
+    expanded = tt.newton_cg(energy, x0, max_iters=60, tol=1e-9, max_step=4.0, expand=True)
+    for result in (plain, expanded):
+        assert bool(result.converged)
+        np.testing.assert_allclose(np.asarray(result.x), 1.0, atol=1e-8)
+    assert int(plain.iterations) >= 25 and int(expanded.iterations) <= 10
+    below = tt.newton_cg(energy, x0, max_iters=60, tol=1e-9, max_step=4.0, expand=True, accept=lambda x: x[0, 0] < 0.5)
+    assert float(below.x[0, 0]) < 0.5 and bool(below.stalled)  # expansion asks accept like every step
