@@ -45,7 +45,9 @@ def test_untangles_every_scene_at_two_sizes(name, size):
     vertices, faces = tt.scenes.SCENES[name](size)
     result = tt.untangle(vertices, faces, relax=False)
     _assert_certified(result, faces)
-    assert float(result.max_displacement) < 0.6  # crumpled sheets move most (0.5 of the diagonal)
+    # crumpled sheets move most: the 162-face one 0.62 of the diagonal in phase 1 since the initial
+    # smoothing went from 20 to 80 (docs/untangling.md); phase 2 pulls it back towards the input
+    assert float(result.max_displacement) < 0.7
     assert float(result.worst_edge_ratio) > 0.05
 
 
