@@ -141,7 +141,6 @@ def newton_cg(
     - ``damping``: $\\mu \\ge 0$ added to the Hessian.
     - ``line_search_steps``: halvings tried before declaring a stall (Armijo condition, $c = 10^{-4}$,
       with a slack of 16 ulp of the energy: below that its decrease is round-off, and the gradient decides).
-
     - ``expand``: when the full step is accepted, also try 2, 4, 8, ... times it (within the cap,
       ``line_search_steps`` doublings without one) while the energy keeps falling, and take the
       last one that ``accept`` allows. A log barrier at distance $\\epsilon$ has Newton steps
