@@ -76,10 +76,6 @@ class Neighbours(eqx.Module):
     num_nearby: Array
 
 
-def _nearby_capacity(setup: RelaxSetup) -> int:
-    return 4 * setup.active_capacity
-
-
 def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
     """Face pairs that can come within ``dhat`` of each other, or cross, during one step that moves
     no vertex farther than ``reach`` (default: the largest step, ``max_step * h``).
@@ -94,7 +90,7 @@ def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
     x = lax.stop_gradient(x)
     candidates = candidate_pairs(x, setup.faces, capacity=setup.capacity, include_shared_edges=True, padding=padding)
     pairs, mask = candidates.pairs, pair_mask(candidates)
-    capacity = _nearby_capacity(setup)
+    capacity = 4 * setup.active_capacity  # nearby rows; close_pairs reads the size back from the buffer
     # beyond a quarter of the largest step they do not fit (figure-of-eight: 2.4k nearby at a quarter,
     # 17k of 46k neighbours at half): not measured then, and ``close_pairs`` uses all the neighbours
     nearby, num_nearby = lax.cond(
