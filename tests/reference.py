@@ -158,6 +158,35 @@ def classify(u, v) -> Classification:
     )
 
 
+def one_side_margin(u, v) -> float:
+    """How certainly one triangle lies on one side of the other's plane (0 if neither does).
+
+    For each triangle ``t`` and each vertex ``p`` of the other that is not (bitwise) a vertex of
+    ``t``: ``det = (p - t0) . ((t1 - t0) x (t2 - t0))`` and ``perm``, the same sum with every
+    product in absolute value. A side counts when every such ``det`` has one strict sign; its
+    margin is the smallest ``|det| / perm``. The larger of the two sides' margins is returned.
+    """
+    u, v = _fr(u), _fr(v)
+    best = 0.0
+    for tri, other in ((u, v), (v, u)):
+        a, b = _sub(tri[1], tri[0]), _sub(tri[2], tri[0])
+        normal = _cross(a, b)
+        weights = [
+            abs(a[1] * b[2]) + abs(a[2] * b[1]),
+            abs(a[2] * b[0]) + abs(a[0] * b[2]),
+            abs(a[0] * b[1]) + abs(a[1] * b[0]),
+        ]
+        tests = []
+        for p in other:
+            if any(p == q for q in tri):
+                continue
+            d = _sub(p, tri[0])
+            tests.append((_dot(d, normal), _dot([abs(c) for c in d], weights)))
+        if tests and (all(det > 0 for det, _ in tests) or all(det < 0 for det, _ in tests)):
+            best = max(best, min(float(abs(det) / perm) for det, perm in tests))
+    return best
+
+
 def is_clear(c: Classification, relative: float) -> bool:
     """Is the pair farther from its classification's boundary than rounding can reach?"""
     return c.margin > relative * c.extent + 4 * relative * c.magnitude * 1e-3

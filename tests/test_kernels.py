@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import tritri_jax as tt
 
 from . import strategies
-from .reference import classify, is_clear
+from .reference import classify, is_clear, one_side_margin
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -51,6 +51,47 @@ def test_predicate_matches_exact_reference_float64(compiled, pair):
 def test_predicate_matches_exact_reference_float32(compiled, pair):
     u, v = pair
     _check_against_reference(compiled, u, v, np.float32, 1e-4)
+
+
+_certainly_apart = jax.jit(tt._kernels.certainly_apart)
+
+
+@st.composite
+def _separated_pair(draw):
+    """A random pair moved apart along a random direction by up to twice its size."""
+    u, v = draw(strategies.random_pair())
+    direction = np.array(draw(st.lists(strategies.unit, min_size=3, max_size=3)))
+    return u, v + draw(st.floats(0, 4)) * direction
+
+
+@SETTINGS
+@given(
+    st.one_of(strategies.any_pair, _separated_pair(), strategies.transformed(_separated_pair())),
+    st.sampled_from([np.float64, np.float32]),
+)
+def test_certainly_apart_is_exact_and_not_vacuous(pair, dtype):
+    """``True`` only when exact arithmetic agrees that one triangle is on one side of the other's
+    plane (the detection pipeline drops such pairs untested), and ``True`` whenever that holds
+    with a margin far beyond rounding."""
+    u, v = (np.asarray(t, dtype) for t in pair)
+    got = bool(_certainly_apart(jnp.asarray(u), jnp.asarray(v)))
+    margin = one_side_margin(u, v)
+    assert not got or margin > 0, (u.tolist(), v.tolist())
+    if margin > (1e-12 if dtype == np.float64 else 1e-5):
+        assert got, (margin, u.tolist(), v.tolist())
+
+
+def test_certainly_apart_on_shared_and_degenerate_pairs():
+    apart = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]])
+    fold_away = np.array([[0.0, 0, 0], [-1, 0, 1], [0, -1, 1]])  # shares vertex 0, rest above the plane
+    fold_through = np.array([[0.0, 0, 0], [1, 1, 1], [-1, -1, -1]])  # shares vertex 0, crosses the plane
+    hinge = np.array([[1.0, 0, 0], [0, 1, 0], [1, 1, 0.5]])  # shares an edge
+    flat_hinge = np.array([[1.0, 0, 0], [0, 1, 0], [1, 1, 0]])  # shares an edge, coplanar
+    line = np.array([[5.0, 5, 5], [6, 6, 6], [7, 7, 7]])  # zero area, far away
+    check = lambda a, b: bool(_certainly_apart(jnp.asarray(a), jnp.asarray(b)))  # noqa: E731
+    assert check(apart, fold_away) and check(apart, hinge) and check(apart, line)
+    assert not check(apart, fold_through) and not check(apart, flat_hinge) and not check(apart, apart)
+    assert not check(line, line)
 
 
 @pytest.mark.parametrize("kind", ["coplanar", "grid", "shared"])
