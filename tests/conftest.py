@@ -6,16 +6,19 @@ import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent compilation cache for the session, shared with the subprocesses (the CLI tests and
-# the notebooks' kernels inherit it): they compile the same functions at the same shapes as the tests.
-_CACHE = tempfile.mkdtemp(prefix="tritri_jax_test_cache_")
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
-os.environ.setdefault("TRITRI_JAX_CACHE", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+# One persistent compilation cache for the session's subprocesses (the CLI tests and the notebooks'
+# kernels inherit it through the environment): they compile the same functions at the same shapes.
+# Set after importing jax, so this process does not use it: here, reading back a cached phase-1
+# executable once aborted the whole run inside XLA's deserialisation (jax 0.10.2, CPU).
+_CACHE = tempfile.mkdtemp(prefix="tritri_jax_test_cache_")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+os.environ.setdefault("TRITRI_JAX_CACHE", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 import pathlib  # noqa: E402
 
