@@ -1,24 +1,22 @@
 """Shared set-up: float64 on, and compiled kernels shared by every test (JIT time dominates)."""
 
 import atexit
+import gc
 import os
 import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-# One persistent compilation cache for the session's subprocesses (the CLI tests and the notebooks'
-# kernels inherit it through the environment): they compile the same functions at the same shapes.
-# Set after importing jax, so this process does not use it: here, reading back a cached phase-1
-# executable once aborted the whole run inside XLA's deserialisation (jax 0.10.2, CPU).
+# One persistent compilation cache for the session, shared with the subprocesses (the CLI tests and
+# the notebooks' kernels inherit it): they compile the same functions at the same shapes as the tests.
 _CACHE = tempfile.mkdtemp(prefix="tritri_jax_test_cache_")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("TRITRI_JAX_CACHE", os.environ["JAX_COMPILATION_CACHE_DIR"])
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
 
 import pathlib  # noqa: E402
 
@@ -41,6 +39,22 @@ class Compiled:
     exact = jax.jit(lambda u, v: tt.pair_energy_grad_hessian(u, v, hessian="exact"))
     factor = jax.jit(tt.gauss_newton_factor)
     length_grad = jax.jit(jax.grad(tt.crossing_length, argnums=(0, 1)))
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_code():
+    """Free JAX's compiled code once this process holds many memory mappings. One ``untangle``
+    compile adds ~6,000 (XLA's CPU executables; ``jax.clear_caches`` returns them), Linux allows a
+    process 65,530 (``vm.max_map_count``), and past ~120 tests the suite aborted inside XLA."""
+    yield
+    try:
+        with open("/proc/self/maps") as maps:
+            used = sum(1 for _ in maps)
+    except OSError:  # not Linux
+        return
+    if used > 30_000:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

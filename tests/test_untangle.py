@@ -30,7 +30,7 @@ def test_untangles_isir_meshes(benchmark_dir, name):
 
 @pytest.mark.slow
 def test_both_phases_on_an_isir_mesh(benchmark_dir):
-    """Phase 2 on a real mesh."""
+    """Phase 2 on a real mesh (the notebook runs the same solve: the compile cache shares it)."""
     vertices, faces = load_obj_triangulated(benchmark_dir / "cinquefoil_knot.obj")
     result = tt.untangle(vertices, faces)
     _assert_certified(result, faces)
