@@ -75,27 +75,6 @@ def conjugate_gradient(matvec, b, *, maxiter: int, rtol, precondition=None):
     return x, k
 
 
-def _expand(energy, accept, x, d, aux, alpha, trial, e_trial, ok, largest, cap, doublings: int):
-    """``newton_cg(expand=True)``: from an accepted full step, double it while the energy falls."""
-    limit = jnp.where(largest > 0, cap / jnp.where(largest > 0, largest, 1), jnp.inf)  # no cap: largest is 0
-    limit = jnp.minimum(limit, 2.0**doublings)
-
-    def cond(state):
-        m, _, going = state
-        return going & (2 * m <= limit)
-
-    def body(state):
-        m, e_m, _ = state
-        e_next = energy(x + 2 * m * d, aux)
-        better = (e_next < e_m) & jnp.isfinite(e_next)
-        return jnp.where(better, 2 * m, m), jnp.where(better, e_next, e_m), better
-
-    m, _, _ = lax.while_loop(cond, body, (alpha, e_trial, ok & (alpha == 1)))
-    further = x + m * d
-    take = lax.cond(m > 1, lambda: accept(further, aux), lambda: jnp.bool_(False))
-    return jnp.where(take, m, alpha), jnp.where(take, further, trial)
-
-
 def newton_cg(
     energy: Callable,
     x0,
@@ -169,8 +148,8 @@ def newton_cg(
         prepare_at = lambda x, cap: prepare(x)  # noqa: E731
     else:
         prepare_at = prepare
-    value_and_grad = jax.value_and_grad(energy)
     if hessian is None:
+        value_and_grad = jax.value_and_grad(energy)
 
         def hessian(x, aux):
             return jax.linearize(lambda y: value_and_grad(y, aux)[1], x)[1]
@@ -180,73 +159,169 @@ def newton_cg(
         def accept(x, aux):
             return jnp.bool_(True)
 
+    return newton_loop(
+        energy,
+        x0,
+        hessian=lambda x, aux, progress: hessian(x, aux),
+        accept=accept,
+        prepare=prepare_at,
+        preconditioner=preconditioner,
+        max_iters=max_iters,
+        cg_iters=cg_iters,
+        cg_rtol=cg_rtol,
+        tol=tol,
+        max_step=max_step,
+        step_growth=step_growth,
+        damping=damping,
+        line_search_steps=line_search_steps,
+        expand=expand,
+    )
+
+
+class NewtonProgress(NamedTuple):
+    """What ``newton_loop`` tells its ``hessian`` besides the point: the step's number, the gradient's
+    max-norm at the point and at the start (a solver can choose its operator by them)."""
+
+    iteration: Int[Array, ""]
+    gradient_norm: Float[Array, ""]
+    initial_gradient_norm: Float[Array, ""]
+
+
+def newton_loop(
+    energy: Callable,
+    x0,
+    *,
+    hessian: Callable,
+    accept: Callable,
+    prepare: Callable,
+    preconditioner: Callable | None,
+    max_iters: int,
+    cg_iters: int,
+    cg_rtol: float,
+    tol,
+    max_step,
+    step_growth: float | None,
+    damping: float,
+    line_search_steps: int,
+    expand: bool,
+) -> NewtonResult:
+    """The loop behind [`newton_cg`][tritri_jax.newton_cg], with its callables in their full form:
+    ``energy(x, aux)``, ``accept(x, aux)``, ``prepare(x, cap)``, ``preconditioner(x, aux)`` or
+    ``None``, and ``hessian(x, aux, progress)`` with ``progress`` a ``NewtonProgress``.
+
+    Each callable appears once in the traced loop, so it is compiled once: the start is evaluated
+    by the loop's first pass (which takes no step), and one line-search loop both backtracks and
+    expands. Measured on phase 2 of ``untangle`` (trefoil knot): two call sites each of the energy,
+    its gradient, ``prepare`` and ``accept`` made a graph twice as large, and compiling it took
+    twice as long."""
+    value_and_grad = jax.value_and_grad(energy)
+
     def gradient_norm(e, g):  # inf where the energy is not finite (e.g. a full buffer): never "converged"
         return jnp.where(jnp.isfinite(e), jnp.max(jnp.abs(g)), jnp.inf)
 
+    def evaluate(x, cap):
+        aux = prepare(x, cap)
+        e, g = value_and_grad(x, aux)
+        return x, aux, e, g
+
     def cond(state):
-        x, aux, e, g, k, cg_total, stalled, _ = state
-        return (k < max_iters) & (gradient_norm(e, g) >= tol) & ~stalled & jnp.isfinite(e)
+        x, aux, e, g, k, cg_total, stalled, _, _, fresh = state
+        going = (k < max_iters) & (gradient_norm(e, g) >= tol) & ~stalled & jnp.isfinite(e)
+        return fresh | going
 
-    def body(state):
-        x, aux, e, g, k, cg_total, _, cap = state
-        operator = hessian(x, aux)
-        precondition = None if preconditioner is None else preconditioner(x, aux)
-        d, cg_k = conjugate_gradient(
-            lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=cg_rtol, precondition=precondition
-        )
-        slope = jnp.sum(g * d)
-        d = jnp.where(slope < 0, d, -g)  # never go uphill
-        slope = jnp.where(slope < 0, slope, -jnp.sum(g * g))
-        largest = jnp.zeros((), d.dtype)  # the capped step's largest row norm (for step_growth)
-        if max_step is not None:
-            largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
-            shrink = jnp.minimum(1.0, cap / jnp.where(largest > 0, largest, 1))
-            d, slope, largest = d * shrink, slope * shrink, largest * shrink
-
+    def line_search(x, aux, e, d, slope, largest, cap):
+        """Backtracking (Armijo) from the full step; with ``expand``, an accepted full step is then
+        doubled while the energy falls, and the last multiple is taken if ``accept`` allows it.
+        Returns ``(multiple of d taken, accepted, Armijo held strictly)``."""
         # round-off in the energy: near a minimum its change falls below it while the gradient, a sum
         # of terms far smaller than the energy, is still accurate (the trefoil stalled at |g| 1.1e-6)
         slack = 16 * jnp.finfo(e.dtype).eps * jnp.abs(e)
+        limit = jnp.where(largest > 0, cap / jnp.where(largest > 0, largest, 1), jnp.inf)  # no cap: largest is 0
+        limit = jnp.minimum(limit, 2.0**line_search_steps) if expand else jnp.zeros_like(limit)
+        backtrack, expanding, confirm, done = 0, 1, 2, 3
 
         def ls_cond(ls):
-            alpha, _, _, ok, _, j = ls
-            return ~ok & (j < line_search_steps)
+            return ls[3] != done
 
         def ls_body(ls):
-            alpha, _, _, _, _, j = ls
-            trial = x + alpha * d
-            e_trial = energy(trial, aux)
+            alpha, m, e_m, mode, ok, strict, j = ls
+            scale = jnp.where(mode == backtrack, alpha, jnp.where(mode == expanding, 2 * m, m))
+            point = x + scale * d
+            e_p = lax.cond(mode == confirm, lambda: e_m, lambda: energy(point, aux))
             bound = e + 1e-4 * alpha * slope
-            strict = (e_trial <= bound) & jnp.isfinite(e_trial)
-            armijo = (e_trial <= bound + slack) & jnp.isfinite(e_trial)
-            ok = lax.cond(armijo, lambda: accept(trial, aux), lambda: jnp.bool_(False))
-            return jnp.where(ok, alpha, alpha / 2), trial, e_trial, ok, strict, j + 1
+            finite = jnp.isfinite(e_p)
+            armijo = (e_p <= bound + slack) & finite
+            asked = ((mode == backtrack) & armijo) | (mode == confirm)
+            allowed = lax.cond(asked, lambda: accept(point, aux), lambda: jnp.bool_(False))
+            # backtracking: taken (then expand if it was the full step), or halve, or give up
+            taken = allowed & (mode == backtrack)
+            grow = taken & (alpha == 1) & (2 <= limit)
+            halve = (mode == backtrack) & ~allowed
+            # expanding: keep doubling while the energy falls, then confirm the multiple reached
+            better = (mode == expanding) & (e_p < e_m) & finite
+            m_new = jnp.where(taken, alpha, jnp.where(better, 2 * m, m))
+            after_expanding = jnp.where(better & (4 * m <= limit), expanding, jnp.where(m_new > 1, confirm, done))
+            # confirming: the expanded point if accept allows it, else the full step
+            m_new = jnp.where((mode == confirm) & ~allowed, jnp.ones_like(m), m_new)
+            after_taking = jnp.where(grow, expanding, done)
+            after_halving = jnp.where(j + 1 < line_search_steps, backtrack, done)
+            mode_new = jnp.select(
+                [taken, halve, mode == expanding], [after_taking, after_halving, after_expanding], done
+            )
+            mode_new = mode_new.astype(jnp.int32)
+            e_m = jnp.where(taken | better, e_p, e_m)
+            strict = jnp.where(taken, (e_p <= bound) & finite, strict)
+            alpha = jnp.where(halve, alpha / 2, alpha)
+            return alpha, m_new, e_m, mode_new, ok | taken, strict, j + halve.astype(jnp.int32)
 
         one = jnp.ones((), e.dtype)
         no = jnp.bool_(False)
-        state = (one, x, e, no, no, jnp.int32(0))
-        alpha, trial, e_trial, ok, strict, _ = lax.while_loop(ls_cond, ls_body, state)
-        if expand:
-            alpha, trial = _expand(
-                energy, accept, x, d, aux, alpha, trial, e_trial, ok, largest, cap, line_search_steps
+        state = (one, one, e, jnp.int32(backtrack), no, no, jnp.int32(0))
+        alpha, m, _, _, ok, strict, _ = lax.while_loop(ls_cond, ls_body, state)
+        return jnp.where(ok, m, alpha), ok, strict
+
+    def body(state):
+        x, aux, e, g, k, cg_total, _, cap, g_start, fresh = state
+
+        def step():
+            operator = hessian(x, aux, NewtonProgress(k, gradient_norm(e, g), g_start))
+            precondition = None if preconditioner is None else preconditioner(x, aux)
+            d, cg_k = conjugate_gradient(
+                lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=cg_rtol, precondition=precondition
             )
-        if step_growth is not None:
-            cap = jnp.where(ok, jnp.clip(step_growth * alpha * largest, max_step / 16, max_step), cap).astype(cap.dtype)
+            slope = jnp.sum(g * d)
+            d = jnp.where(slope < 0, d, -g)  # never go uphill
+            slope = jnp.where(slope < 0, slope, -jnp.sum(g * g))
+            largest = jnp.zeros((), d.dtype)  # the capped step's largest row norm (for step_growth)
+            if max_step is not None:
+                largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
+                shrink = jnp.minimum(1.0, cap / jnp.where(largest > 0, largest, 1))
+                d, slope, largest = d * shrink, slope * shrink, largest * shrink
+            alpha, ok, strict = line_search(x, aux, e, d, slope, largest, cap)
+            new_cap = cap
+            if step_growth is not None:
+                grown = jnp.clip(step_growth * alpha * largest, max_step / 16, max_step)
+                new_cap = jnp.where(ok, grown, cap).astype(cap.dtype)
+            return x + alpha * d, ok, strict, cg_k, new_cap
 
-        def moved():
-            aux_new = prepare_at(trial, cap)
-            e_new, g_new = value_and_grad(trial, aux_new)
-            return trial, aux_new, e_new, g_new
+        def start():  # the first pass evaluates the start and takes no step
+            return x, jnp.bool_(True), jnp.bool_(True), jnp.int32(0), cap
 
-        new = lax.cond(ok, moved, lambda: (x, aux, e, g))
+        trial, ok, strict, cg_k, cap = lax.cond(fresh, start, step)
+        new = lax.cond(ok, lambda: evaluate(trial, cap), lambda: (x, aux, e, g))
         # a step accepted only within the energy's round-off must shrink the gradient, else it is a stall
         ok = ok & (strict | (gradient_norm(new[2], new[3]) < gradient_norm(e, g)))
         x, aux, e, g = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, (x, aux, e, g))
-        return x, aux, e, g, k + ok.astype(jnp.int32), cg_total + cg_k, ~ok, cap
+        g_start = jnp.where(fresh, gradient_norm(e, g), g_start)
+        taken = ok & ~fresh
+        return x, aux, e, g, k + taken.astype(jnp.int32), cg_total + cg_k, ~ok, cap, g_start, jnp.bool_(False)
 
     cap0 = jnp.asarray(jnp.inf if max_step is None else max_step, jax.tree_util.tree_leaves(x0)[0].dtype)
-    aux0 = prepare_at(x0, cap0)
-    e0, g0 = value_and_grad(x0, aux0)
-    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False), cap0)
-    x, _, e, g, k, cg_total, stalled, _ = lax.while_loop(cond, body, state)
+    aux0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(prepare, x0, cap0))
+    e0 = jnp.zeros((), jax.eval_shape(energy, x0, aux0).dtype)
+    g0 = jnp.zeros_like(x0)
+    gnorm0 = jnp.zeros((), e0.dtype)
+    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False), cap0, gnorm0, jnp.bool_(True))
+    x, _, e, g, k, cg_total, stalled, _, _, _ = lax.while_loop(cond, body, state)
     gnorm = gradient_norm(e, g)
     return NewtonResult(x, e, gnorm, k, cg_total, gnorm < tol, stalled)
