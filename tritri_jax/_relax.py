@@ -32,7 +32,7 @@ from jax import lax
 
 from ._broad_phase import candidate_pairs, face_bounds, stream_compact
 from ._distance import pair_distance_sq
-from ._elastic import elastic_energy, elastic_gauss_newton, rest_shape
+from ._elastic import ElasticPattern, elastic_energy, elastic_hessian, rest_shape
 from ._mesh_energy import (
     barrier_energy,
     barrier_gauss_newton,
@@ -44,7 +44,7 @@ from ._mesh_energy import (
     shared_vertices,
 )
 from ._multigrid import Multigrid, v_cycle
-from ._newton import conjugate_gradient, newton_cg
+from ._newton import conjugate_gradient, newton_loop
 from ._types import Array
 
 
@@ -61,6 +61,7 @@ class RelaxSetup(eqx.Module):
     margin: float  # dhat, in mean rest edge lengths h
     barrier_weight: float
     max_step: float  # largest vertex move per Newton step, in h
+    pattern: ElasticPattern  # where the elastic Hessian's blocks sit (``elastic_hessian``)
     preconditioner: Multigrid | None = None  # of the constant elastic stiffness (``stiffness_matrix``)
 
 
@@ -71,6 +72,7 @@ class Neighbours(eqx.Module):
 
     pairs: Array
     mask: Array
+    count: Array  # true count, also past the buffer
     overflowed: Array
     nearby: Array
     num_nearby: Array
@@ -98,7 +100,7 @@ def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
         lambda: _closer_than(x, setup, pairs, mask, setup.margin * h + 2 * reach, capacity),
         lambda: (jnp.full((capacity, 2), -1, jnp.int32), jnp.int32(capacity + 1)),
     )
-    return Neighbours(pairs, mask, candidates.overflowed, nearby, num_nearby)
+    return Neighbours(pairs, mask, candidates.count, candidates.overflowed, nearby, num_nearby)
 
 
 def _closer_than(x, setup: RelaxSetup, pairs, mask, distance, capacity: int):
@@ -177,23 +179,28 @@ def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):
 
 
 def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: int, tol=1e-7, switch=100.0):
-    """Phase 2 from ``x1``: Newton-CG in two stages, CG preconditioned by ``setup.preconditioner``
-    (a multigrid of the constant elastic stiffness), each step capped adaptively (``step_growth``:
-    the neighbour list only reaches as far as the step can go, so it shrinks near the minimum).
+    """Phase 2 from ``x1``: Newton-CG, CG preconditioned by ``setup.preconditioner`` (a multigrid of
+    the constant elastic stiffness), each step capped adaptively (``step_growth``: the neighbour
+    list only reaches as far as the step can go, so it shrinks near the minimum). Up to
+    ``iters + polish`` steps, each with one of two operators (only the first if ``polish`` is 0):
 
-    1. Up to ``iters`` steps with a PSD operator: the elastic Gauss-Newton operator and the
-       barrier's Gauss-Newton blocks, until the gradient's max-norm is below ``switch``.
-    2. Up to ``polish`` steps with the exact Hessian (the elastic one by linearising its gradient,
-       the barrier's exact, possibly indefinite, per-pair blocks), until below ``tol``. The
-       Gauss-Newton blocks drop the barrier's (negative) curvature across each distance gradient,
-       and with them Newton converged only linearly, by ~0.6 per step; with the exact Hessian it
-       converges quadratically. If stage 1 ran out of steps above 4 x ``switch``, stage 2 goes on
-       with stage 1's operator: far from the minimum the exact one stops CG on negative curvature after
-       2-4 iterations. Measured (docs/untangling.md): at a fixed 1 the three-twist knot crawled
-       along a contact (|g| ~ 9 after 50 steps), at 100 it converges in 20; but the trefoil starts
-       at |g| = 36, and with the exact Hessian from there it did not converge in 20 steps.
+    - far from the minimum (the gradient's max-norm above ``switch``, or 100x below the start's if
+      that is lower), a PSD one: the elastic Gauss-Newton operator and the barrier's Gauss-Newton
+      blocks. Far from the minimum the exact one stops CG on negative curvature after 2-4 iterations;
+    - near it, the exact Hessian (the barrier's exact per-pair blocks are possibly indefinite);
+      also within 4x the switch once ``iters`` steps are
+      spent. The Gauss-Newton blocks drop the barrier's (negative) curvature across each distance
+      gradient, and with them Newton converged only linearly, by ~0.6 per step; with the exact
+      Hessian it converges quadratically. Measured (docs/untangling.md): at a fixed switch of 1 the
+      three-twist knot crawled along a contact (|g| ~ 9 after 50 steps), at 100 it converges in 20;
+      the trefoil reaches |g| = 36 and with the exact Hessian from there it did not converge in 20
+      steps; the figure-of-eight knot crawled from |g| 240 to 210 in 6 Gauss-Newton steps, then
+      took 12 exact ones to 3e-8 (20 more Gauss-Newton ones reached only 14).
 
-    Returns both ``NewtonResult``s (the second is the first, with zero counts, when ``polish`` is 0)."""
+    The elastic part of either is assembled into 3 x 3 blocks once per step (``elastic_hessian``: a
+    CG product 0.72 -> ~0.1 ms on the trefoil knot). One ``newton_loop``, so its energy, gradient,
+    neighbour list and crossing check compile once (two loops, one per operator, compiled for twice
+    as long). Returns its ``NewtonResult``."""
     rest = rest_shape(theta, setup.edges)
     dhat = setup.margin * rest.h
 
@@ -203,20 +210,24 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     def energy(x, near):
         return relax_energy(x, theta, setup, near)
 
-    def operator(barrier_blocks, exact_elastic=None):
-        def hessian(x, near):
-            elastic = elastic_gauss_newton(x, rest, bending=setup.bending, pull=setup.pull)
-            if exact_elastic is not None:  # stage 2 near the minimum: the exact elastic Hessian
-                gauss_newton = elastic
-                _, exact = jax.linearize(
-                    jax.grad(lambda y: elastic_energy(y, rest, bending=setup.bending, pull=setup.pull)), x
-                )
-                elastic = lambda v: lax.cond(exact_elastic, exact, gauss_newton, v)  # noqa: E731
-            close, count = close_pairs(x, setup, near, dhat)
-            blocks = barrier_blocks(x, setup.faces, close, count, dhat)
-            return lambda v: elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
+    def hessian(x, near, progress):
+        threshold = jnp.minimum(switch, 1e-2 * progress.initial_gradient_norm)
+        exact = (progress.gradient_norm < threshold) | (
+            (progress.iteration >= iters) & (progress.gradient_norm < 4 * threshold)
+        )
+        exact = exact & (polish > 0)
+        elastic = elastic_hessian(x, rest, setup.pattern, bending=setup.bending, pull=setup.pull, exact=exact)
+        close, count = close_pairs(x, setup, near, dhat)
+        blocks = lax.cond(
+            exact,
+            lambda: barrier_hessian(x, setup.faces, close, count, dhat),
+            lambda: barrier_gauss_newton(x, setup.faces, close, count, dhat),
+        )
 
-        return hessian
+        def product(v):
+            return elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
+
+        return product
 
     def accept(x, near):
         found = crossing_check(x, setup, near)
@@ -225,36 +236,23 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     def preconditioner(x, near):
         return lambda r: v_cycle(setup.preconditioner, r)
 
-    options = dict(
-        prepare=prepare,
+    return newton_loop(
+        energy,
+        x1,
+        hessian=hessian,
         accept=accept,
+        prepare=prepare,
         preconditioner=None if setup.preconditioner is None else preconditioner,
+        max_iters=iters + polish,
         cg_iters=cg_iters,
+        cg_rtol=1e-2,
+        tol=tol,
         max_step=setup.max_step * rest.h,
         step_growth=4.0,
         damping=1e-10,
+        line_search_steps=12,
         expand=True,
     )
-    if polish == 0:  # one stage, nothing to compile for the second
-        first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=tol, **options)
-        return first, first._replace(
-            iterations=jnp.zeros_like(first.iterations), cg_iterations=jnp.zeros_like(first.cg_iterations)
-        )
-    start = jnp.max(jnp.abs(jax.grad(energy)(x1, prepare(x1, options["max_step"]))))
-    switch = jnp.minimum(switch, 1e-2 * start)  # 100, or 100x below the start's gradient if that is lower
-    stop = jnp.maximum(switch, tol)
-    first = newton_cg(energy, x1, hessian=operator(barrier_gauss_newton), max_iters=iters, tol=stop, **options)
-    # Close enough for the exact Hessian: also when stage 1 ran out of steps within 4x the switch
-    # (figure-of-eight knot: stage 1 ended at |g| 210 after crawling from 240 in 6 steps; with the
-    # exact Hessian from there 12 steps to 3e-8, with Gauss-Newton blocks 20 steps to 14).
-    near_minimum = first.gradient_norm < 4 * switch  # else stage 2 goes on with Gauss-Newton blocks
-
-    def blocks(x, faces, close, count, dhat):
-        exact = lambda: barrier_hessian(x, faces, close, count, dhat)  # noqa: E731
-        return lax.cond(near_minimum, exact, lambda: barrier_gauss_newton(x, faces, close, count, dhat))
-
-    second = newton_cg(energy, first.x, hessian=operator(blocks, near_minimum), max_iters=polish, tol=tol, **options)
-    return first, second
 
 
 relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol", "switch"))
@@ -263,12 +261,12 @@ relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol"
 def close_count(x, theta, setup: RelaxSetup):
     """For the eager sizing of the buffers at ``x``: how many neighbours are closer than ``dhat``,
     how many the crossing check examines closely (survivors of its plane-side early-out), how many
-    neighbours there are, and whether their list overflowed."""
+    neighbours there are (also past the list), and whether their list overflowed."""
     rest = rest_shape(theta, setup.edges)
     near = neighbours(x, setup, rest.h)
     found = crossing_check(x, setup, near)
     close = close_pairs(x, setup, near, setup.margin * rest.h)[1]
-    return close, found.num_survivors, jnp.sum(near.mask), near.overflowed
+    return close, found.num_survivors, near.count, near.overflowed
 
 
 close_count_jit = jax.jit(close_count)
