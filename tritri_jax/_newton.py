@@ -197,7 +197,7 @@ def newton_loop(
     preconditioner: Callable | None,
     max_iters: int,
     cg_iters: int,
-    cg_rtol: float,
+    cg_rtol,
     tol,
     max_step,
     step_growth: float | None,
@@ -207,7 +207,8 @@ def newton_loop(
 ) -> NewtonResult:
     """The loop behind [`newton_cg`][tritri_jax.newton_cg], with its callables in their full form:
     ``energy(x, aux)``, ``accept(x, aux)``, ``prepare(x, cap)``, ``preconditioner(x, aux)`` or
-    ``None``, and ``hessian(x, aux, progress)`` with ``progress`` a ``NewtonProgress``.
+    ``None``, and ``hessian(x, aux, progress)`` with ``progress`` a ``NewtonProgress``; ``cg_rtol``
+    a number or ``progress -> rtol``.
 
     Each callable appears once in the traced loop, so it is compiled once: the start is evaluated
     by the loop's first pass (which takes no step), and one line-search loop both backtracks and
@@ -284,10 +285,12 @@ def newton_loop(
         x, aux, e, g, k, cg_total, _, cap, g_start, fresh = state
 
         def step():
-            operator = hessian(x, aux, NewtonProgress(k, gradient_norm(e, g), g_start))
+            progress = NewtonProgress(k, gradient_norm(e, g), g_start)
+            operator = hessian(x, aux, progress)
+            rtol = cg_rtol(progress) if callable(cg_rtol) else cg_rtol
             precondition = None if preconditioner is None else preconditioner(x, aux)
             d, cg_k = conjugate_gradient(
-                lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=cg_rtol, precondition=precondition
+                lambda v: operator(v) + damping * v, -g, maxiter=cg_iters, rtol=rtol, precondition=precondition
             )
             slope = jnp.sum(g * d)
             d = jnp.where(slope < 0, d, -g)  # never go uphill
