@@ -165,8 +165,8 @@ def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64) -> ElasticPatte
 
 def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0, pull=1e-2, exact=False):
     """``v -> H v`` for the elastic energy at ``x``, assembled into 3 x 3 blocks once (a product is
-    then three gathers and nine multiply-adds, no scatter: 0.37 ms against 0.75 ms for the JVP-VJP
-    operator on the trefoil knot).
+    then three gathers and nine multiply-adds, no scatter: 0.32 ms against 0.65 ms for the JVP-VJP
+    operator on the trefoil knot, plus 2 ms to assemble).
 
     ``exact=False``: the operator of [`elastic_gauss_newton`][tritri_jax._elastic.elastic_gauss_newton]
     (PSD); ``exact=True`` (a bool or a traced flag): the exact Hessian, in which a compressed edge's
@@ -191,7 +191,7 @@ def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0,
     scalar = (2 / rest.h**2) * (bending * pattern.laplacian_sq)
     scalar = scalar.at[jnp.arange(x.shape[0]), pattern.diagonal].add(2 * pull / rest.h**2)
     # (3, 3, V, w): coordinate-major, so a product is nine long multiply-adds (as an einsum over
-    # (V, w, 3, 3) blocks it took 1.1 ms on the trefoil knot, this way 0.37 ms)
+    # (V, w, 3, 3) blocks it took 1.1 ms on the trefoil knot, this way 0.32-0.37 ms)
     blocks = eye[:, :, None, None] * scalar
     i, j = e[:, 0], e[:, 1]
     blocks = blocks.at[:, :, i, pattern.diagonal[i]].add(spring).at[:, :, j, pattern.diagonal[j]].add(spring)

@@ -188,21 +188,21 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
       that is lower), a PSD one: the elastic Gauss-Newton operator and the barrier's Gauss-Newton
       blocks. Far from the minimum the exact one stops CG on negative curvature after 2-4 iterations;
     - near it, the exact Hessian (the barrier's exact per-pair blocks are possibly indefinite);
-      also within 4x the switch once ``iters`` steps are
-      spent. The Gauss-Newton blocks drop the barrier's (negative) curvature across each distance
-      gradient, and with them Newton converged only linearly, by ~0.6 per step; with the exact
-      Hessian it converges quadratically. Measured (docs/untangling.md): at a fixed switch of 1 the
-      three-twist knot crawled along a contact (|g| ~ 9 after 50 steps), at 100 it converges in 20;
-      the trefoil reaches |g| = 36 and with the exact Hessian from there it did not converge in 20
-      steps; the figure-of-eight knot crawled from |g| 240 to 210 in 6 Gauss-Newton steps, then
-      took 12 exact ones to 3e-8 (20 more Gauss-Newton ones reached only 14).
+      also within 4x the switch once ``iters`` steps are spent. The Gauss-Newton blocks drop the
+      barrier's (negative) curvature across each distance gradient, and with them Newton converged
+      only linearly, by ~0.6 per step; with the exact Hessian it converges quadratically. Measured
+      (docs/untangling.md): at a fixed switch of 1 the three-twist knot crawled along a contact
+      (|g| ~ 9 after 50 steps), at 100 it converges in 20; the trefoil reaches |g| = 36 and with
+      the exact Hessian from there it did not converge in 20 steps; the figure-of-eight knot
+      crawled from |g| 240 to 210 in 6 Gauss-Newton steps, then took 12 exact ones to 3e-8 (20
+      more Gauss-Newton ones reached only 14).
 
     CG stops at a relative residual of 0.1 with the first operator and 1e-2 with the second: far
     from the minimum a rough direction does as well (trefoil knot: 948 -> 605 CG iterations in the
     same 18 steps, 4.3 -> 2.0 s; at 0.3 the figure-of-eight gained and the trefoil and pretzel lost).
 
     The elastic part of either is assembled into 3 x 3 blocks once per step (``elastic_hessian``: a
-    CG product 0.72 -> ~0.1 ms on the trefoil knot). One ``newton_loop``, so its energy, gradient,
+    CG product 0.65 -> 0.32 ms on the trefoil knot). One ``newton_loop``, so its energy, gradient,
     neighbour list and crossing check compile once (two loops, one per operator, compiled for twice
     as long). Returns its ``NewtonResult``."""
     rest = rest_shape(theta, setup.edges)
