@@ -1,5 +1,7 @@
 """Layer 4/5: untangle reaches certified zero crossings (libigl confirms), keeps connectivity, never lies."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,20 @@ def test_paper_route_runs_and_reports_honestly():
         tt.untangle(vertices, faces, method="magic")
     with pytest.raises(ValueError, match="unknown option.*step_size"):
         tt.untangle(vertices, faces, step_size=0.1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="Linux's memory-mapping cap")
+def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkeypatch):
+    """Each compile of untangle maps thousands of regions; a process untangling many mesh sizes
+    must drop the library's compiled code before Linux's cap aborts it, and only then."""
+    from tritri_jax import _mesh_energy, _untangle
+
+    vertices, faces = tt.scenes.two_spheres(4)
+    compiled = _mesh_energy._candidates_jit
+    compiled(vertices, faces, capacity=1024)
+    assert compiled._cache_size() >= 1
+    _untangle._release_if_crowded()  # far below the cap: nothing happens
+    assert compiled._cache_size() >= 1
+    monkeypatch.setattr(_untangle, "_MAPPING_SHARE", 0.0)  # as if the process were at the cap
+    _untangle._release_if_crowded()
+    assert compiled._cache_size() == 0

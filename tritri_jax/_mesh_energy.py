@@ -426,6 +426,7 @@ _detect_on_device_jit = jax.jit(
         "include_shared_edges",
     ),
 )
+detection_jits = (_candidates_jit, _detect_on_device_jit)  # what ``untangle`` clears when crowded
 
 
 def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):

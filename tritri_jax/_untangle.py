@@ -23,6 +23,7 @@ result with the exact detection of ``find_intersections`` and resumes if that di
 
 import dataclasses
 import functools
+import gc
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -47,6 +48,7 @@ from ._mesh_energy import (
     _bucket,
     check_mesh,
     detect_on_device,
+    detection_jits,
     find_intersections,
     hessian_vector_product,
     pair_mask,
@@ -498,7 +500,32 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
+_MAPPING_SHARE = 0.6  # of Linux's per-process cap, past which ``_release_if_crowded`` drops compiled code
+
+
+def _release_if_crowded():
+    """Drop this library's compiled functions when the process nears Linux's cap on memory mappings.
+
+    Each compile of ``untangle`` for a new mesh size maps ~4,700 regions (XLA's CPU executables;
+    two-spheres scenes, measured from ``/proc/self/maps``), the cap is ``vm.max_map_count``
+    (65,530 by default), and past it XLA aborts the process: the test suite did, ~120 tests in. Past
+    60 % of the cap the compiled ``untangle`` and detection functions are cleared (the next call of
+    a size compiles again); the caller's own compiled functions are left alone."""
+    try:
+        with open("/proc/self/maps") as maps:
+            used = sum(1 for _ in maps)
+        with open("/proc/sys/vm/max_map_count") as cap:
+            limit = int(cap.read())
+    except (OSError, ValueError):  # not Linux
+        return
+    if used > _MAPPING_SHARE * limit:
+        for compiled in (_phase1_jit, _paper_route_jit, relax_jit, close_count_jit, adjoint_jit, *detection_jits):
+            compiled.clear_cache()
+        gc.collect()
+
+
 def _solve(v_np, f_np, settings: UntangleOptions, progress):
+    _release_if_crowded()
     start = time.perf_counter()
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
