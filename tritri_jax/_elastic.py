@@ -102,6 +102,16 @@ def elastic_gauss_newton(x, rest: RestShape, *, bending=1.0, pull=1e-2):
     return lambda v: 2 * vjp(jvp(v))[0] + across(v)
 
 
+def laplacian_matrix(edges, num_vertices: int):
+    """The uniform graph Laplacian of [`laplacian`][tritri_jax._elastic.laplacian] as a scipy sparse
+    ``(V, V)`` matrix (host side)."""
+    edges = np.asarray(edges).reshape(-1, 2)
+    ones = np.ones(len(edges))
+    adjacency = sp.coo_matrix((ones, (edges[:, 0], edges[:, 1])), shape=(num_vertices, num_vertices))
+    adjacency = (adjacency + adjacency.T).tocsr()
+    return sp.diags(np.asarray(adjacency.sum(axis=1)).ravel()) - adjacency
+
+
 def stiffness_matrix(edges, num_vertices: int, h: float, *, bending=1.0, pull=1e-2):
     """The constant part of the elastic Gauss-Newton operator, per coordinate, as a scipy sparse
     ``(V, V)`` matrix (host side; phase 2 preconditions its CG solves with a multigrid of it):
@@ -110,11 +120,7 @@ def stiffness_matrix(edges, num_vertices: int, h: float, *, bending=1.0, pull=1e
 
     The bending and pull terms are exact; the springs' $2 n n^T / l^2$ per edge, which turn with the
     edges, are replaced by their average over directions, $\\tfrac13 \\cdot 2 / h^2$ per edge."""
-    edges = np.asarray(edges).reshape(-1, 2)
-    ones = np.ones(len(edges))
-    adjacency = sp.coo_matrix((ones, (edges[:, 0], edges[:, 1])), shape=(num_vertices, num_vertices))
-    adjacency = (adjacency + adjacency.T).tocsr()
-    lap = sp.diags(np.asarray(adjacency.sum(axis=1)).ravel()) - adjacency
+    lap = laplacian_matrix(edges, num_vertices)
     return (2 / h**2) * (bending * (lap.T @ lap) + lap / 3 + pull * sp.identity(num_vertices))
 
 
@@ -135,10 +141,7 @@ def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64) -> ElasticPatte
     """The [`ElasticPattern`][tritri_jax._elastic.ElasticPattern] of a mesh's (unique) ``edges``."""
     edges = np.asarray(edges, np.int64).reshape(-1, 2)
     n = num_vertices
-    ones = np.ones(len(edges))
-    adjacency = sp.coo_matrix((ones, (edges[:, 0], edges[:, 1])), shape=(n, n))
-    adjacency = (adjacency + adjacency.T).tocsr()
-    lap = sp.diags(np.asarray(adjacency.sum(axis=1)).ravel()) - adjacency
+    lap = laplacian_matrix(edges, n)
     structure = (abs(lap) @ abs(lap) + sp.identity(n)).tocsr()  # every row has its diagonal
     structure.sort_indices()
     counts = np.diff(structure.indptr)
