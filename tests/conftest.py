@@ -23,6 +23,7 @@ import pathlib  # noqa: E402
 import pytest  # noqa: E402
 
 import tritri_jax as tt  # noqa: E402
+from tritri_jax._untangle import memory_mappings  # noqa: E402
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "isir-misc"
 
@@ -47,12 +48,8 @@ def _release_compiled_code():
     compile adds ~6,000 (XLA's CPU executables; ``jax.clear_caches`` returns them), Linux allows a
     process 65,530 (``vm.max_map_count``), and past ~120 tests the suite aborted inside XLA."""
     yield
-    try:
-        with open("/proc/self/maps") as maps:
-            used = sum(1 for _ in maps)
-    except OSError:  # not Linux
-        return
-    if used > 30_000:
+    mappings = memory_mappings()
+    if mappings is not None and mappings[0] > 30_000:
         jax.clear_caches()
         gc.collect()
 

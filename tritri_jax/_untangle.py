@@ -500,6 +500,18 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
+def memory_mappings():
+    """``(mappings this process holds, Linux's cap on them)``, or ``None`` where they cannot be read
+    (not Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            used = sum(1 for _ in maps)
+        with open("/proc/sys/vm/max_map_count") as cap:
+            return used, int(cap.read())
+    except (OSError, ValueError):
+        return None
+
+
 _MAPPING_SHARE = 0.6  # of Linux's per-process cap, past which ``_release_if_crowded`` drops compiled code
 
 
@@ -511,14 +523,8 @@ def _release_if_crowded():
     (65,530 by default), and past it XLA aborts the process: the test suite did, ~120 tests in. Past
     60 % of the cap the compiled ``untangle`` and detection functions are cleared (the next call of
     a size compiles again); the caller's own compiled functions are left alone."""
-    try:
-        with open("/proc/self/maps") as maps:
-            used = sum(1 for _ in maps)
-        with open("/proc/sys/vm/max_map_count") as cap:
-            limit = int(cap.read())
-    except (OSError, ValueError):  # not Linux
-        return
-    if used > _MAPPING_SHARE * limit:
+    mappings = memory_mappings()
+    if mappings is not None and mappings[0] > _MAPPING_SHARE * mappings[1]:
         for compiled in (_phase1_jit, _paper_route_jit, relax_jit, close_count_jit, adjoint_jit, *detection_jits):
             compiled.clear_cache()
         gc.collect()
