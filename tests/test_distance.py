@@ -192,7 +192,12 @@ def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian():
     faces = jnp.asarray(np.concatenate([strip, strip + 6]), jnp.int32)
     pairs = jnp.asarray([[0, 4], [1, 5], [2, 6], [0, 2], [3, 7], [-1, -1]], jnp.int32)  # [0, 2] share a vertex
     count, dhat = 5, 1.0
-    dense = jax.hessian(lambda x: barrier_energy(x, faces, pairs, jnp.arange(6) < count, dhat))(vertices)
+    dense = jax.hessian(lambda x: barrier_energy(x, faces, pairs, count, dhat))(vertices)
+    # in chunks of 2 rows: a live chunk, a partly live one, and one past the count (skipped)
+    chunked = jax.hessian(lambda x: barrier_energy(x, faces, pairs, 3, dhat, chunk=2))(vertices)
+    unchunked = jax.hessian(lambda x: barrier_energy(x, faces, pairs, 3, dhat))(vertices)
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(unchunked), rtol=1e-12, atol=1e-12)
+    assert float(barrier_energy(vertices, faces, pairs, 3, dhat, chunk=2)) > 0
     dense = np.asarray(dense).reshape(36, 36)
     blocks = barrier_hessian(vertices, faces, pairs, count, dhat)
     rows = (3 * np.asarray(blocks.corners)[:, :, None] + np.arange(3)).reshape(-1, 18)

@@ -226,11 +226,33 @@ def shared_vertices(faces: Faces, pairs: Int[Array, "P 2"]):
     return corners[:, 0, :, None] == corners[:, 1, None, :]
 
 
-def barrier_energy(vertices, faces, pairs, mask, dhat):
-    """$\\sum$ of [`pair_barrier`][tritri_jax._distance.pair_barrier] over the given pairs (distances in ``dhat``)."""
-    u, v = pair_triangles(vertices, faces, pairs)
-    values = jax.vmap(pair_barrier, in_axes=(0, 0, 0, None))(u, v, shared_vertices(faces, pairs), dhat**2)
-    return jnp.sum(jnp.where(mask, values, 0))
+def barrier_energy(vertices, faces, pairs, count, dhat, chunk: int = 64):
+    """$\\sum$ of [`pair_barrier`][tritri_jax._distance.pair_barrier] over the first ``count`` of
+    ``pairs`` (distances in ``dhat``).
+
+    A ``lax.scan`` over chunks of ``chunk`` rows, each behind a ``lax.cond`` on whether it holds a
+    live row. Phase 2's buffer is sized for growth (four times the close pairs at its start), and
+    evaluating all of it cost 4.0 ms for the energy and 12.5 ms with its gradient, against 0.9 and
+    6.1 ms now (pretzel, 232 of 1,024 rows live). A scan of conds is differentiable in both modes,
+    unlike a loop with a traced trip count, and traces the barrier once (a ``lax.switch`` over
+    prefix sizes traced it per branch and doubled phase 2's compile time)."""
+    capacity = pairs.shape[0]
+    chunk = min(chunk, capacity)
+    pad = -capacity % chunk
+    rows = jnp.concatenate([pairs, jnp.full((pad, 2), -1, pairs.dtype)]).reshape(-1, chunk, 2)
+    slots = jnp.arange(capacity + pad).reshape(-1, chunk)
+
+    def one_chunk(total, chunk_rows):
+        rows, slots = chunk_rows
+
+        def live():
+            u, v = pair_triangles(vertices, faces, rows)
+            values = jax.vmap(pair_barrier, in_axes=(0, 0, 0, None))(u, v, shared_vertices(faces, rows), dhat**2)
+            return jnp.sum(jnp.where(slots < count, values, 0))
+
+        return total + lax.cond(slots[0] < count, live, lambda: jnp.zeros((), vertices.dtype)), None
+
+    return lax.scan(one_chunk, jnp.zeros((), vertices.dtype), (rows, slots))[0]
 
 
 class BlockSystem(NamedTuple):

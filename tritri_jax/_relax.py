@@ -173,8 +173,7 @@ def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):
     dhat = setup.margin * rest.h
     elastic = elastic_energy(x, rest, bending=setup.bending, pull=setup.pull)
     close, count = close_pairs(x, setup, near, dhat)
-    mask = jnp.arange(setup.active_capacity) < count
-    energy = elastic + setup.barrier_weight * barrier_energy(x, setup.faces, close, mask, dhat)
+    energy = elastic + setup.barrier_weight * barrier_energy(x, setup.faces, close, count, dhat)
     return jnp.where(near.overflowed | (count > setup.active_capacity), jnp.inf, energy)
 
 
