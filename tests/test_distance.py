@@ -206,3 +206,4 @@ def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian():
     np.testing.assert_allclose(fewer[:2], np.asarray(blocks.blocks)[:2])
     assert np.all(fewer[2:] == 0)
     assert np.abs(np.asarray(blocks.blocks)[2]).max() > 0  # the third pair is close: the count matters
+    assert float(barrier_energy(vertices, faces, jnp.zeros((0, 2), jnp.int32), 0, dhat)) == 0  # no pairs

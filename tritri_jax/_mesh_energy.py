@@ -237,6 +237,8 @@ def barrier_energy(vertices, faces, pairs, count, dhat, chunk: int = 64):
     unlike a loop with a traced trip count, and traces the barrier once (a ``lax.switch`` over
     prefix sizes traced it per branch and doubled phase 2's compile time)."""
     capacity = pairs.shape[0]
+    if capacity == 0:
+        return jnp.zeros((), vertices.dtype)
     chunk = min(chunk, capacity)
     pad = -capacity % chunk
     rows = jnp.concatenate([pairs, jnp.full((pad, 2), -1, pairs.dtype)]).reshape(-1, chunk, 2)

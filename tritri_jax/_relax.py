@@ -108,8 +108,7 @@ def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
         lambda: _closer_than(x, setup, pairs, mask, setup.margin * h + 2 * reach, capacity),
         lambda: (jnp.full((capacity, 2), -1, jnp.int32), jnp.int32(capacity + 1)),
     )
-    near = Neighbours(pairs, mask, candidates.count, candidates.overflowed, nearby, num_nearby, x, None, None)
-    close, num_close = _search_close(x, setup, near, setup.margin * h)
+    close, num_close = _search_close(x, setup, pairs, mask, nearby, num_nearby, setup.margin * h)
     return Neighbours(pairs, mask, candidates.count, candidates.overflowed, nearby, num_nearby, x, close, num_close)
 
 
@@ -149,13 +148,13 @@ def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), empty)
 
 
-def _search_close(x, setup: RelaxSetup, near: Neighbours, dhat):
-    """The neighbours closer than ``dhat`` at ``x``: among ``near.nearby`` when they all fit there,
-    else among all the neighbours."""
+def _search_close(x, setup: RelaxSetup, pairs, mask, nearby, num_nearby, dhat):
+    """The neighbours (``pairs`` where ``mask``) closer than ``dhat`` at ``x``: among ``nearby`` when
+    they all fit there, else among all the neighbours."""
     return lax.cond(
-        near.num_nearby <= near.nearby.shape[0],
-        lambda: _within(x, setup, near.nearby, near.num_nearby, dhat, setup.active_capacity),
-        lambda: _closer_than(x, setup, near.pairs, near.mask, dhat, setup.active_capacity),
+        num_nearby <= nearby.shape[0],
+        lambda: _within(x, setup, nearby, num_nearby, dhat, setup.active_capacity),
+        lambda: _closer_than(x, setup, pairs, mask, dhat, setup.active_capacity),
     )
 
 
@@ -169,7 +168,7 @@ def close_pairs(x, setup: RelaxSetup, near: Neighbours, dhat):
     return lax.cond(
         jnp.all(x == near.origin),
         lambda: (near.close, near.num_close),
-        lambda: _search_close(x, setup, near, dhat),
+        lambda: _search_close(x, setup, near.pairs, near.mask, near.nearby, near.num_nearby, dhat),
     )
 
 
