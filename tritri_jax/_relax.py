@@ -243,7 +243,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     def hessian(x, near, progress):
         exact = near_minimum(progress)
         elastic = elastic_hessian(x, rest, setup.pattern, bending=setup.bending, pull=setup.pull, exact=exact)
-        close, count = close_pairs(x, setup, near, dhat)
+        close, count = near.close, near.num_close  # built at x
         blocks = lax.cond(
             exact,
             lambda: barrier_hessian(x, setup.faces, close, count, dhat),
@@ -291,7 +291,7 @@ def close_count(x, theta, setup: RelaxSetup):
     rest = rest_shape(theta, setup.edges)
     near = neighbours(x, setup, rest.h)
     found = crossing_check(x, setup, near)
-    close = close_pairs(x, setup, near, setup.margin * rest.h)[1]
+    close = near.num_close
     return close, found.num_survivors, near.count, near.overflowed
 
 
