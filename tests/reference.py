@@ -158,13 +158,18 @@ def classify(u, v) -> Classification:
     )
 
 
-def one_side_margin(u, v) -> float:
+def one_side_margin(u, v, underflow: float = 0.0) -> float:
     """How certainly one triangle lies on one side of the other's plane (0 if neither does).
 
     For each triangle ``t`` and each vertex ``p`` of the other that is not (bitwise) a vertex of
     ``t``: ``det = (p - t0) . ((t1 - t0) x (t2 - t0))`` and ``perm``, the same sum with every
     product in absolute value. A side counts when every such ``det`` has one strict sign; its
     margin is the smallest ``|det| / perm``. The larger of the two sides' margins is returned.
+
+    ``underflow`` (an absolute size, e.g. a multiple of the format's smallest normal number) also
+    drops a side where some ``|det|`` is not above ``underflow * (w + s + 2)``, ``w`` the sum of
+    the weights and ``s`` the sum of ``|p - t0|``: there the products a float evaluation forms
+    can underflow, and no relative margin makes the sign computable.
     """
     u, v = _fr(u), _fr(v)
     best = 0.0
@@ -181,9 +186,13 @@ def one_side_margin(u, v) -> float:
             if any(p == q for q in tri):
                 continue
             d = _sub(p, tri[0])
-            tests.append((_dot(d, normal), _dot([abs(c) for c in d], weights)))
-        if tests and (all(det > 0 for det, _ in tests) or all(det < 0 for det, _ in tests)):
-            best = max(best, min(float(abs(det) / perm) for det, perm in tests))
+            size = [abs(c) for c in d]
+            floor = Fraction(float(underflow)) * (sum(weights) + sum(size) + 2)
+            tests.append((_dot(d, normal), _dot(size, weights), floor))
+        if not tests or any(abs(det) <= floor for det, _, floor in tests):
+            continue
+        if all(det > 0 for det, _, _ in tests) or all(det < 0 for det, _, _ in tests):
+            best = max(best, min(float(abs(det) / perm) for det, perm, _ in tests))
     return best
 
 
