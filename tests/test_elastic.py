@@ -13,6 +13,7 @@ from tritri_jax._elastic import (
     elastic_hessian,
     elastic_pattern,
     rest_shape,
+    stiffness_matrix,
     unique_edges,
 )
 
@@ -57,3 +58,22 @@ def test_pattern_rows_hold_the_two_ring(deformed):
     slots = np.asarray(pattern.edge_slots)
     assert np.all(cols[edges[:, 0], slots[:, 0]] == edges[:, 1])
     assert np.all(cols[edges[:, 1], slots[:, 1]] == edges[:, 0])
+
+
+@pytest.mark.parametrize("bending, pull", [(1.0, 1e-2), (0.3, 0.5)])
+def test_stiffness_matrix_is_the_rest_hessian_averaged_over_directions(bending, pull):
+    """At the rest shape the Gauss-Newton Hessian's 3 x 3 block of each vertex pair, averaged over
+    directions (a third of its trace), is the preconditioner's matrix: on a sphere stretched to edge
+    lengths spanning a factor of over 20, so a uniform spring weight would not pass."""
+    vertices, faces = tt.scenes.two_spheres(6)
+    rest = vertices * np.array([1.0, 0.01, 2.5])
+    edges = unique_edges(faces)
+    lengths = np.linalg.norm(rest[edges[:, 0]] - rest[edges[:, 1]], axis=1)
+    assert lengths.max() > 20 * lengths.min()
+    theta = jnp.asarray(rest)
+    operator = elastic_gauss_newton(theta, rest_shape(theta, edges), bending=bending, pull=pull)
+    n = len(rest)
+    dense = jax.vmap(lambda e: operator(e.reshape(n, 3)).reshape(-1))(jnp.eye(3 * n))  # symmetric
+    averaged = np.trace(np.asarray(dense).reshape(n, 3, n, 3), axis1=1, axis2=3) / 3
+    expected = stiffness_matrix(rest, edges, bending=bending, pull=pull).toarray()
+    np.testing.assert_allclose(averaged, expected, atol=1e-10 * np.abs(expected).max())

@@ -458,9 +458,7 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
             max_step=settings.relax_step,
             pattern=elastic_pattern(problem.edges_np, num_vertices, problem.theta.dtype),
             preconditioner=multigrid(
-                stiffness_matrix(
-                    problem.edges_np, num_vertices, problem.h, bending=settings.bending, pull=settings.pull
-                ),
+                stiffness_matrix(problem.theta, problem.edges_np, bending=settings.bending, pull=settings.pull),
                 dtype=problem.theta.dtype,
             ),
         )
