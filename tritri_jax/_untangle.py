@@ -476,12 +476,13 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
         return setup
 
 
-def _run_relax(problem: _Problem, settings: UntangleOptions, x1):
+def _run_relax(problem: _Problem, settings: UntangleOptions, x1, setup=None):
     """Phase 2 from ``x1`` (both stages of ``relax``), resumed (with larger buffers where one was
     full) if it stalled short of a stationary point or stopped on a full buffer, at most 4 runs.
+    ``setup``: a ``RelaxSetup`` to start from (sized again at ``x1``), by default built here.
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
-    setup = _relax_setup(problem, settings, x1)
+    setup = _relax_setup(problem, settings, x1, setup)
     x, steps, cg_total = x1, 0, 0
     run = functools.partial(relax_jit, theta=problem.theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 2)
     for _ in range(4):
