@@ -41,7 +41,7 @@ root = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "benchmarks
 
 
 def uniform_stiffness(problem, settings):
-    """The matrix before per-edge weights: every spring's ``2 / l_e^2`` replaced by ``2 / h^2``."""
+    """The matrix before per-edge weights: every spring's ``2 / (3 l_e^2)`` taken as ``2 / (3 h^2)``."""
     lap = laplacian_matrix(problem.edges_np, problem.theta.shape[0])
     identity = sp.identity(problem.theta.shape[0])
     return (2 / problem.h**2) * (settings.bending * (lap.T @ lap) + lap / 3 + settings.pull * identity)
