@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 from scipy.optimize import lsq_linear, nnls
 
 from tritri_jax import _distance as dist
-from tritri_jax._mesh_energy import _barrier_block, barrier_energy, barrier_hessian
+from tritri_jax._mesh_energy import (
+    _primitive_gauss_newton,
+    _primitive_hessian,
+    barrier_energy,
+    barrier_gauss_newton,
+    barrier_hessian,
+)
 from tritri_jax._vec3 import AOS, SOA
 
 from .strategies import adversarial_pairs, any_pair, triangle
@@ -64,7 +70,44 @@ _pair_soa = jax.jit(jax.vmap(lambda u, v, s: dist.pair_distance_sq(u, v, s, layo
 _pair_aos = jax.jit(jax.vmap(lambda u, v, s: dist.pair_distance_sq(u, v, s, layout=AOS)))
 _barrier_value_grad = jax.jit(jax.vmap(jax.value_and_grad(dist.pair_barrier, argnums=(0, 1)), in_axes=(0, 0, 0, None)))
 _barrier_hessian = jax.jit(jax.vmap(jax.hessian(dist.pair_barrier, argnums=(0, 1)), in_axes=(0, 0, 0, None)))
-_blocks = jax.jit(jax.vmap(_barrier_block, in_axes=(0, 0, 0, None)))
+
+
+def _primitive_blocks(block):
+    """``block`` of all 15 primitive pairs of each pair, placed in 18 x 18 blocks and summed over the
+    counted ones: ``(P, 18, 18)``."""
+    kinds = [(False, slice(0, dist.NUM_POINT_TRIANGLE)), (True, slice(dist.NUM_POINT_TRIANGLE, None))]
+    dofs = (3 * dist.PRIMITIVE_CORNERS[:, :, None] + np.arange(3)).reshape(15, 12)
+
+    def one(u, v, same, dhat_sq):
+        corners = jnp.concatenate([u, v])[dist.PRIMITIVE_CORNERS]
+        values = jnp.concatenate([jax.vmap(lambda p, e=e: block(p, dhat_sq, e))(corners[k]) for e, k in kinds])
+        _, counted, _ = dist.primitive_distances_sq(u, v, same)
+        values = jnp.where(counted[:, None, None], values, 0)
+        return jnp.zeros((18, 18), u.dtype).at[dofs[:, :, None], dofs[:, None, :]].add(values)
+
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None)))
+
+
+_primitive_hessians = _primitive_blocks(_primitive_hessian)
+_blocks = _primitive_blocks(_primitive_gauss_newton)
+
+
+def pair_gauss_newton_reference(u, v, same, dhat_sq):
+    """The barrier's Gauss-Newton block of a pair, from the Jacobian of all 15 distance ratios at once:
+    $\\sum_k m_k (b''(r_k) + b'(r_k) / 2 r_k)^+ \\nabla r_k \\nabla r_k^T$ over the counted pairs."""
+
+    def ratios(x):
+        d, counted, molli = dist.primitive_distances_sq(x[:9].reshape(3, 3), x[9:].reshape(3, 3), same)
+        return d / dhat_sq, (d / dhat_sq, counted, molli)
+
+    jacobian, (r, counted, molli) = jax.jacfwd(ratios, has_aux=True)(jnp.concatenate([u.reshape(-1), v.reshape(-1)]))
+    slope = jax.vmap(jax.grad(dist.barrier))(r)
+    curvature = jax.vmap(jax.grad(jax.grad(dist.barrier)))(r) + slope / (2 * jnp.where(r > 0, r, 1))
+    weight = jnp.where(counted & (r > 0), molli * jnp.maximum(curvature, 0.0), 0.0)
+    return jnp.einsum("kn,k,km->nm", jacobian, weight, jacobian)
+
+
+_gauss_newton_reference = jax.jit(jax.vmap(pair_gauss_newton_reference, in_axes=(0, 0, 0, None)))
 
 NO_SHARE = np.zeros((3, 3), bool)
 
@@ -176,34 +219,72 @@ def test_barrier_derivatives_are_finite_on_awkward_pairs():
     for dhat_sq in (1e-2, 4.0):
         values, grads = _barrier_value_grad(u, v, same, dhat_sq)
         hessians = _barrier_hessian(u, v, same, dhat_sq)
+        by_primitive = _primitive_hessians(u, v, same, dhat_sq)
         blocks = _blocks(u, v, same, dhat_sq)
-        for array in (values, *grads, *jax.tree_util.tree_leaves(hessians), blocks):
+        for array in (values, *grads, *jax.tree_util.tree_leaves(hessians), by_primitive, blocks):
             assert np.all(np.isfinite(np.asarray(array)))
+        # the pair's Hessian is the sum of its primitive pairs' (what barrier_hessian evaluates)
+        dense = np.block([[np.asarray(hessians[a][b]).reshape(-1, 9, 9) for b in range(2)] for a in range(2)])
+        scale = np.abs(dense).max(axis=(1, 2), keepdims=True)
+        assert np.all(np.abs(np.asarray(by_primitive) - dense) <= 1e-9 * np.maximum(scale, 1e-300))
+        reference = np.asarray(_gauss_newton_reference(u, v, same, dhat_sq))
+        assert np.all(np.abs(np.asarray(blocks) - reference) <= 1e-9 * np.maximum(np.abs(reference).max(), 1e-300))
     eigenvalues = np.linalg.eigvalsh(np.asarray(blocks))
     assert np.all(eigenvalues >= -1e-8 * np.maximum(1, np.abs(eigenvalues).max(axis=1, keepdims=True)))
 
 
-def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian():
-    # a strip of triangles over a parallel one, dhat large enough that every listed pair counts
+@pytest.mark.parametrize("rows", [6, 64])
+def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian(rows):
+    # a strip of triangles over a parallel one, dhat large enough that most primitive pairs count;
+    # faces 0 and 1 share an edge, as do 4 and 5, so pairs [0, 4] and [1, 5] hold the same edge-edge
+    # pair. In a 6-row buffer more primitive pairs are within dhat than rows: each is evaluated in
+    # its own face pair; in a 64-row one duplicates are evaluated once
     rng = np.random.default_rng(4)
     grid = np.array([[i, j, 0.0] for i in range(3) for j in range(2)])
     vertices = jnp.asarray(np.concatenate([grid, grid + [0.1, 0.2, 0.3]]) + 0.02 * rng.normal(size=(12, 3)))
     strip = np.array([[0, 2, 1], [1, 2, 3], [2, 4, 3], [3, 4, 5]])
     faces = jnp.asarray(np.concatenate([strip, strip + 6]), jnp.int32)
-    pairs = jnp.asarray([[0, 4], [0, 2], [1, 5], [2, 6], [3, 7], [-1, -1]], jnp.int32)  # [0, 2] share a vertex
-    count, dhat = 3, 1.0
-    # the energy in chunks of 2 rows: a live chunk, a partly live one, and one past the count, whose
-    # (valid) pairs must not count
-    dense = jax.jit(jax.hessian(lambda x: barrier_energy(x, faces, pairs, count, dhat, chunk=2)))(vertices)
-    dense = np.asarray(dense).reshape(36, 36)
-    blocks = barrier_hessian(vertices, faces, pairs, count, dhat)
-    rows = (3 * np.asarray(blocks.corners)[:, :, None] + np.arange(3)).reshape(-1, 18)
-    assembled = np.zeros((36, 36))
-    np.add.at(assembled, (rows[:, :, None], rows[:, None, :]), np.asarray(blocks.blocks))
-    assert np.abs(dense).max() > 0 and np.all(np.isfinite(dense))
-    np.testing.assert_allclose(assembled, dense, rtol=1e-8, atol=1e-10 * np.abs(dense).max())
-    fewer = np.asarray(barrier_hessian(vertices, faces, pairs, 2, dhat).blocks)  # only the live rows are filled
-    np.testing.assert_allclose(fewer[:2], np.asarray(blocks.blocks)[:2])
-    assert np.all(fewer[2:] == 0)
-    assert np.abs(np.asarray(blocks.blocks)[2]).max() > 0  # the third pair is close: the count matters
+    listed = [[0, 4], [0, 2], [1, 5], [2, 6], [3, 7]]  # [0, 2] share a vertex
+    pairs = jnp.asarray(listed + [[-1, -1]] * (rows - len(listed)), jnp.int32)
+    dhat = 1.0
+    u, v = vertices[faces[pairs[:3, 0]]], vertices[faces[pairs[:3, 1]]]
+    same = jnp.asarray(np.asarray(faces[pairs[:3, 0]])[:, :, None] == np.asarray(faces[pairs[:3, 1]])[:, None, :])
+    distances, counted, _ = jax.vmap(dist.primitive_distances_sq)(u, v, same)
+    assert 6 < int(np.sum(np.asarray(counted & (distances < dhat**2))[:, 6:])) <= 64  # edge-edge pairs within dhat
+    own = np.asarray(_primitive_hessians(u, v, same, dhat**2))  # each pair's own Hessian
+    for count in (2, 3):
+        # the energy in chunks of 2 rows: a live chunk, a partly live one, and ones past the count,
+        # whose (valid) pairs must not count
+        dense = np.asarray(_dense_barrier_hessian(vertices, faces, pairs[:6], count, dhat)).reshape(36, 36)
+        assert np.abs(dense).max() > 0 and np.all(np.isfinite(dense))
+        gauss_newton = _gauss_newton_reference(u[:count], v[:count], same[:count], dhat**2)
+        exact, approximate = _mesh_blocks(vertices, faces, pairs, count, dhat)
+        for blocks, expected in ((exact, dense), (approximate, _assemble(faces, pairs[:count], gauss_newton))):
+            assembled = _assemble(faces, pairs, blocks.blocks)
+            np.testing.assert_allclose(assembled, expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max())
+            assert np.all(np.asarray(blocks.blocks)[count:] == 0)  # only the live rows are filled
+    exact = np.asarray(_mesh_blocks(vertices, faces, pairs, 3, dhat)[0].blocks)[:3]
+    if rows == 6:
+        np.testing.assert_allclose(exact, own, rtol=1e-12, atol=1e-12 * np.abs(own).max())
+    else:  # the shared edge-edge pair sits, twice, in one of its face pairs' blocks
+        assert np.abs(exact - own).max() > 1e-3 * np.abs(own).max()
     assert float(barrier_energy(vertices, faces, jnp.zeros((0, 2), jnp.int32), 0, dhat)) == 0  # no pairs
+
+
+# the count is traced: one compile per buffer size (the dense reference always gets 6 rows)
+_dense_barrier_hessian = jax.jit(
+    jax.hessian(lambda x, faces, pairs, count, dhat: barrier_energy(x, faces, pairs, count, dhat, chunk=2))
+)
+_mesh_blocks = jax.jit(
+    lambda *args: (barrier_hessian(*args), barrier_gauss_newton(*args))  # vertices, faces, pairs, count, dhat
+)
+
+
+def _assemble(faces, pairs, blocks):
+    """Per-pair 18 x 18 blocks summed into the mesh's dense 36 x 36 matrix."""
+    rows = (3 * np.asarray(faces)[np.maximum(np.asarray(pairs), 0)].reshape(-1, 6)[:, :, None] + np.arange(3)).reshape(
+        -1, 18
+    )
+    assembled = np.zeros((36, 36))
+    np.add.at(assembled, (rows[:, :, None], rows[:, None, :]), np.asarray(blocks))
+    return assembled

@@ -103,6 +103,15 @@ _POINT_SIDE = np.array([1, 1, 1, 0, 0, 0])  # the point's triangle; the other on
 _POINT_INDEX = np.array([0, 1, 2, 0, 1, 2])
 _EDGE_U = np.array([(i, (i + 1) % 3) for i in range(3) for _ in range(3)])
 _EDGE_V = np.array([(k, (k + 1) % 3) for _ in range(3) for k in range(3)])
+# The same 15 pairs as four corners of the face pair (u's vertices 0-2, then v's 3-5): point-triangle
+# as (point, the triangle's three), edge-edge as (u's edge, v's edge).
+PRIMITIVE_CORNERS = np.concatenate(
+    [
+        np.column_stack([3 * _POINT_SIDE + _POINT_INDEX, 3 * (1 - _POINT_SIDE)[:, None] + np.arange(3)]),
+        np.column_stack([_EDGE_U, 3 + _EDGE_V]),
+    ]
+)
+NUM_POINT_TRIANGLE = len(_POINT_SIDE)  # the first rows of the tables; the rest are edge-edge
 
 
 def primitive_distances_sq(u: Triangle, v: Triangle, same: Bool[Array, "3 3"], layout=AOS):
@@ -132,6 +141,20 @@ def primitive_distances_sq(u: Triangle, v: Triangle, same: Bool[Array, "3 3"], l
         jnp.concatenate([~shared[_POINT_SIDE, _POINT_INDEX], ~touching]),
         jnp.concatenate([jnp.ones(6, u.dtype), jax.vmap(lambda *e: parallel_mollifier(AOS, *e))(*ends)]),
     )
+
+
+def primitive_ratio(points: Float[Array, "4 3"], dhat_sq, edge_edge: bool):
+    """``(r, mollifier)`` of one primitive pair given by its four points (rows of
+    ``PRIMITIVE_CORNERS``): $r = d^2 / \\hat d^2$, and IPC's mollifier (1 for point-triangle)."""
+    if edge_edge:
+        return segment_segment_distance_sq(AOS, *points) / dhat_sq, parallel_mollifier(AOS, *points)
+    return point_triangle_distance_sq(AOS, *points) / dhat_sq, jnp.ones((), points.dtype)
+
+
+def primitive_barrier(points: Float[Array, "4 3"], dhat_sq, edge_edge: bool) -> Scalar:
+    """One primitive pair's term of ``pair_barrier``: the mollifier times the barrier."""
+    r, mollifier = primitive_ratio(points, dhat_sq, edge_edge)
+    return mollifier * barrier(r)
 
 
 def pair_distance_sq(u: Triangle, v: Triangle, same: Bool[Array, "3 3"], layout=SOA) -> Scalar:
