@@ -12,9 +12,8 @@ from tritri_jax import _distance as dist
 from tritri_jax._mesh_energy import (
     _primitive_gauss_newton,
     _primitive_hessian,
+    barrier_blocks,
     barrier_energy,
-    barrier_gauss_newton,
-    barrier_hessian,
 )
 from tritri_jax._vec3 import AOS, SOA
 
@@ -276,7 +275,10 @@ _dense_barrier_hessian = jax.jit(
     jax.hessian(lambda x, faces, pairs, count, dhat: barrier_energy(x, faces, pairs, count, dhat, chunk=2))
 )
 _mesh_blocks = jax.jit(
-    lambda *args: (barrier_hessian(*args), barrier_gauss_newton(*args))  # vertices, faces, pairs, count, dhat
+    lambda *args: (
+        barrier_blocks(*args, exact=True),
+        barrier_blocks(*args, exact=False),
+    )  # vertices, faces, pairs, count, dhat
 )
 
 

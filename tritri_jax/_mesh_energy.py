@@ -326,10 +326,10 @@ def _canonical(points, edge_edge: bool):
     return jnp.where(swap[:, None], jnp.concatenate([second, first], 1), jnp.concatenate([first, second], 1))
 
 
-def _live_blocks(block, vertices, faces, pairs, count, dhat, chunk: int = 32) -> BlockSystem:
+def _live_blocks(vertices, faces, pairs, count, dhat, exact, chunk: int = 32) -> BlockSystem:
     """18 x 18 blocks over the first ``count`` pairs (the other rows zero) that sum to the sum over
-    them of ``block(points, dhat_sq, edge_edge)`` for each of their primitive pairs closer than
-    ``dhat``: the pairs' barrier Hessian (or its Gauss-Newton form) as a ``BlockSystem``.
+    them of ``_primitive_hessian`` (``exact``) or ``_primitive_gauss_newton`` for each of their
+    primitive pairs closer than ``dhat``: the pairs' barrier Hessian, or its Gauss-Newton form.
 
     Only those primitive pairs are evaluated (the others' terms and derivatives are zero: the
     barrier is $C^2$ at $\\hat d$), and each once: the same edge-edge pair belongs to up to four face
@@ -379,7 +379,7 @@ def _live_blocks(block, vertices, faces, pairs, count, dhat, chunk: int = 32) ->
             row, slots = where(lax.dynamic_slice_in_dim(chosen, k * chunk, chunk))
             times = lax.dynamic_slice_in_dim(multiplicity, k * chunk, chunk).astype(vertices.dtype)
             points = vertices[jnp.take_along_axis(corners[row], slots, axis=1)]
-            values = times[:, None, None] * jax.vmap(lambda p: block(p, dhat_sq, edge_edge))(points)
+            values = times[:, None, None] * _primitive_blocks(points, dhat_sq, edge_edge, exact)
             dofs = (3 * slots[:, :, None] + jnp.arange(3)).reshape(-1, 12)
             return blocks.at[row[:, None, None], dofs[:, :, None], dofs[:, None, :]].add(values)
 
@@ -387,18 +387,26 @@ def _live_blocks(block, vertices, faces, pairs, count, dhat, chunk: int = 32) ->
     return BlockSystem(corners, blocks)
 
 
-def barrier_gauss_newton(vertices, faces, pairs, count, dhat) -> BlockSystem:
-    """PSD Gauss-Newton blocks of ``barrier_energy`` over the first ``count`` of ``pairs``."""
-    return _live_blocks(_primitive_gauss_newton, vertices, faces, pairs, count, dhat)
+def _primitive_blocks(points, dhat_sq, edge_edge: bool, exact):
+    """``_primitive_hessian`` (``exact``) or ``_primitive_gauss_newton`` of each row of ``points``
+    ``(N, 4, 3)``; ``exact`` a bool, traced or not (one set of buffers and loops serves both)."""
+    hessian = jax.vmap(lambda p: _primitive_hessian(p, dhat_sq, edge_edge))
+    gauss_newton = jax.vmap(lambda p: _primitive_gauss_newton(p, dhat_sq, edge_edge))
+    if isinstance(exact, bool):
+        return (hessian if exact else gauss_newton)(points)
+    return lax.cond(exact, hessian, gauss_newton, points)
 
 
-def barrier_hessian(vertices, faces, pairs, count, dhat) -> BlockSystem:
-    """Exact per-pair Hessian blocks of ``barrier_energy`` over the first ``count`` of ``pairs``.
-    Not projected: a block may be indefinite (the barrier's pull along a distance's tangent is
-    concave); the sum with a stiff elastic part is PSD near a minimum, and CG stops on negative
-    curvature elsewhere. Projected blocks, or Gauss-Newton ones, drop that curvature and Newton then
-    converges only linearly, ~0.6 per step (docs/untangling.md)."""
-    return _live_blocks(_primitive_hessian, vertices, faces, pairs, count, dhat)
+def barrier_blocks(vertices, faces, pairs, count, dhat, *, exact) -> BlockSystem:
+    """The Hessian of ``barrier_energy`` over the first ``count`` of ``pairs``, as blocks on those
+    pairs (``_live_blocks``: their sum is the matrix, not each its own pair's); ``exact`` (a bool,
+    traced or not) chooses the exact Hessian or its PSD Gauss-Newton form.
+
+    The exact one is not projected: a block may be indefinite (the barrier's pull along a distance's
+    tangent is concave); the sum with a stiff elastic part is PSD near a minimum, and CG stops on
+    negative curvature elsewhere. Projected blocks, or Gauss-Newton ones, drop that curvature and
+    Newton then converges only linearly, ~0.6 per step (docs/untangling.md)."""
+    return _live_blocks(vertices, faces, pairs, count, dhat, exact)
 
 
 def block_vector_product(system: BlockSystem, x: Float[Array, "V 3"]) -> Float[Array, "V 3"]:

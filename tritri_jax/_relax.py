@@ -34,9 +34,8 @@ from ._broad_phase import candidate_pairs, face_bounds, stream_compact
 from ._distance import pair_distance_sq
 from ._elastic import ElasticPattern, elastic_energy, elastic_hessian, rest_shape
 from ._mesh_energy import (
+    barrier_blocks,
     barrier_energy,
-    barrier_gauss_newton,
-    barrier_hessian,
     block_vector_product,
     judge_pairs,
     pair_mask,
@@ -244,11 +243,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         exact = near_minimum(progress)
         elastic = elastic_hessian(x, rest, setup.pattern, bending=setup.bending, pull=setup.pull, exact=exact)
         close, count = near.close, near.num_close  # built at x
-        blocks = lax.cond(
-            exact,
-            lambda: barrier_hessian(x, setup.faces, close, count, dhat),
-            lambda: barrier_gauss_newton(x, setup.faces, close, count, dhat),
-        )
+        blocks = barrier_blocks(x, setup.faces, close, count, dhat, exact=exact)
 
         def product(v):
             return elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
