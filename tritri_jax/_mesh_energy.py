@@ -351,6 +351,8 @@ def _live_blocks(vertices, faces, pairs, count, dhat, exact, chunk: int = 32) ->
     dist, counted, _ = distances(u, v, shared_vertices(faces, pairs))
     active = (jnp.arange(capacity) < count)[:, None] & counted & (dist < dhat_sq)
     blocks = jnp.zeros((capacity, 18, 18), vertices.dtype)
+    if capacity == 0:
+        return BlockSystem(corners, blocks)
     for edge_edge, kinds in ((False, slice(0, NUM_POINT_TRIANGLE)), (True, slice(NUM_POINT_TRIANGLE, None))):
         table = jnp.asarray(PRIMITIVE_CORNERS[kinds], jnp.int32)
         flat = active[:, kinds].reshape(-1)
