@@ -222,7 +222,7 @@ def test_barrier_derivatives_are_finite_on_awkward_pairs():
         blocks = _blocks(u, v, same, dhat_sq)
         for array in (values, *grads, *jax.tree_util.tree_leaves(hessians), by_primitive, blocks):
             assert np.all(np.isfinite(np.asarray(array)))
-        # the pair's Hessian is the sum of its primitive pairs' (what barrier_hessian evaluates)
+        # the pair's Hessian is the sum of its primitive pairs' (what barrier_blocks evaluates)
         dense = np.block([[np.asarray(hessians[a][b]).reshape(-1, 9, 9) for b in range(2)] for a in range(2)])
         scale = np.abs(dense).max(axis=(1, 2), keepdims=True)
         assert np.all(np.abs(np.asarray(by_primitive) - dense) <= 1e-9 * np.maximum(scale, 1e-300))
@@ -274,12 +274,8 @@ def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian(rows):
 _dense_barrier_hessian = jax.jit(
     jax.hessian(lambda x, faces, pairs, count, dhat: barrier_energy(x, faces, pairs, count, dhat, chunk=2))
 )
-_mesh_blocks = jax.jit(
-    lambda *args: (
-        barrier_blocks(*args, exact=True),
-        barrier_blocks(*args, exact=False),
-    )  # vertices, faces, pairs, count, dhat
-)
+# (vertices, faces, pairs, count, dhat) -> (the exact blocks, the Gauss-Newton ones)
+_mesh_blocks = jax.jit(lambda *args: (barrier_blocks(*args, exact=True), barrier_blocks(*args, exact=False)))
 
 
 def _assemble(faces, pairs, blocks):
