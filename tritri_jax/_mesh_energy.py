@@ -355,38 +355,46 @@ def _live_blocks(vertices, faces, pairs, count, dhat, exact, chunk: int = 32) ->
         return BlockSystem(corners, blocks)
     for edge_edge, kinds in ((False, slice(0, NUM_POINT_TRIANGLE)), (True, slice(NUM_POINT_TRIANGLE, None))):
         table = jnp.asarray(PRIMITIVE_CORNERS[kinds], jnp.int32)
-        flat = active[:, kinds].reshape(-1)
-        size, total = flat.shape[0], jnp.sum(flat)
-        entries = jnp.nonzero(flat, size=size, fill_value=0)[0].astype(jnp.int32)
-
-        def where(entry, table=table):  # a primitive pair's face pair and its four corners there
-            return entry // table.shape[0], table[entry % table.shape[0]]
-
-        def distinct(entries=entries, total=total, size=size, edge_edge=edge_edge, where=where):
-            row, slots = where(entries[:capacity])
-            keys = _canonical(jnp.take_along_axis(corners[row], slots, axis=1), edge_edge)
-            chosen, times, number = _distinct(keys, jnp.arange(capacity) < total)
-            pad = jnp.zeros(size - capacity, jnp.int32)
-            chosen = jnp.concatenate([entries[:capacity][chosen], pad])
-            return chosen, jnp.concatenate([times, pad]).astype(jnp.int32), number.astype(jnp.int32)
-
-        def each(entries=entries, total=total, size=size):
-            return entries, (jnp.arange(size) < total).astype(jnp.int32), total.astype(jnp.int32)
-
-        chosen, multiplicity, number = lax.cond(total <= capacity, distinct, each)
-        pad = jnp.zeros(chunk, jnp.int32)
-        chosen, multiplicity = jnp.concatenate([chosen, pad]), jnp.concatenate([multiplicity, pad])
-
-        def body(k, blocks, chosen=chosen, multiplicity=multiplicity, edge_edge=edge_edge, where=where):
-            row, slots = where(lax.dynamic_slice_in_dim(chosen, k * chunk, chunk))
-            times = lax.dynamic_slice_in_dim(multiplicity, k * chunk, chunk).astype(vertices.dtype)
-            points = vertices[jnp.take_along_axis(corners[row], slots, axis=1)]
-            values = times[:, None, None] * _primitive_blocks(points, dhat_sq, edge_edge, exact)
-            dofs = (3 * slots[:, :, None] + jnp.arange(3)).reshape(-1, 12)
-            return blocks.at[row[:, None, None], dofs[:, :, None], dofs[:, None, :]].add(values)
-
-        blocks = lax.fori_loop(0, (number + chunk - 1) // chunk, body, blocks)
+        blocks = _add_kind(blocks, vertices, corners, active[:, kinds], table, dhat_sq, edge_edge, exact, chunk)
     return BlockSystem(corners, blocks)
+
+
+def _add_kind(blocks, vertices, corners, active, table, dhat_sq, edge_edge: bool, exact, chunk: int):
+    """``_live_blocks`` for one kind of primitive pair: ``active`` ``(P, m)`` marks those within
+    ``dhat``, ``table`` ``(m, 4)`` their corners among the face pair's six; each distinct one (or
+    each one, when more are active than ``P``) is added, times its count, into ``blocks``."""
+    capacity, kinds = active.shape
+    flat = active.reshape(-1)
+    size, total = flat.shape[0], jnp.sum(flat)
+    entries = jnp.nonzero(flat, size=size, fill_value=0)[0].astype(jnp.int32)
+
+    def where(entry):  # a primitive pair's face pair and its four corners there
+        return entry // kinds, table[entry % kinds]
+
+    def distinct():
+        row, slots = where(entries[:capacity])
+        keys = _canonical(jnp.take_along_axis(corners[row], slots, axis=1), edge_edge)
+        chosen, times, number = _distinct(keys, jnp.arange(capacity) < total)
+        pad = jnp.zeros(size - capacity, jnp.int32)
+        chosen = jnp.concatenate([entries[:capacity][chosen], pad])
+        return chosen, jnp.concatenate([times, pad]).astype(jnp.int32), number.astype(jnp.int32)
+
+    def each():
+        return entries, (jnp.arange(size) < total).astype(jnp.int32), total.astype(jnp.int32)
+
+    chosen, multiplicity, number = lax.cond(total <= capacity, distinct, each)
+    pad = jnp.zeros(chunk, jnp.int32)
+    chosen, multiplicity = jnp.concatenate([chosen, pad]), jnp.concatenate([multiplicity, pad])
+
+    def body(k, blocks):
+        row, slots = where(lax.dynamic_slice_in_dim(chosen, k * chunk, chunk))
+        times = lax.dynamic_slice_in_dim(multiplicity, k * chunk, chunk).astype(vertices.dtype)
+        points = vertices[jnp.take_along_axis(corners[row], slots, axis=1)]
+        values = times[:, None, None] * _primitive_blocks(points, dhat_sq, edge_edge, exact)
+        dofs = (3 * slots[:, :, None] + jnp.arange(3)).reshape(-1, 12)
+        return blocks.at[row[:, None, None], dofs[:, :, None], dofs[:, None, :]].add(values)
+
+    return lax.fori_loop(0, (number + chunk - 1) // chunk, body, blocks)
 
 
 def _primitive_blocks(points, dhat_sq, edge_edge: bool, exact):
