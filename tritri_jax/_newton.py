@@ -103,8 +103,9 @@ def newton_cg(
       semi-definite (a Gauss-Newton operator, say); default: the exact Hessian by linearising the
       gradient (CG stops on negative curvature).
     - ``accept``: ``x_trial -> bool``; trial points it rejects are never taken (e.g. "creates no
-      crossing"). It is asked only about trials that already satisfy the Armijo condition.
-      Default: accept all.
+      crossing"). While backtracking it is asked first, and the energy is evaluated only at the
+      trial points it allows (in ``untangle``'s phase 2 every backtrack measured on the pretzel was
+      a trial point that crossed, where the energy had fallen). Default: accept all.
     - ``prepare``: ``x -> aux`` (a PyTree), computed once per accepted point and passed as a second
       argument to ``energy``, ``hessian`` and ``accept`` (a neighbour list valid for the whole line
       search, say; ``grad`` is taken in ``x`` only). Default: none, and the callables take ``x`` alone.
@@ -145,9 +146,9 @@ def newton_cg(
         preconditioner = None if pc is None else (lambda x, _: pc(x))
         prepare = lambda x: None  # noqa: E731
     if step_growth is None:
-        prepare_at = lambda x, cap: prepare(x)  # noqa: E731
+        prepare_at = lambda x, cap, previous: prepare(x)  # noqa: E731
     else:
-        prepare_at = prepare
+        prepare_at = lambda x, cap, previous: prepare(x, cap)  # noqa: E731
     if hessian is None:
         value_and_grad = jax.value_and_grad(energy)
 
@@ -206,9 +207,11 @@ def newton_loop(
     expand: bool,
 ) -> NewtonResult:
     """The loop behind [`newton_cg`][tritri_jax.newton_cg], with its callables in their full form:
-    ``energy(x, aux)``, ``accept(x, aux)``, ``prepare(x, cap)``, ``preconditioner(x, aux)`` or
-    ``None``, and ``hessian(x, aux, progress)`` with ``progress`` a ``NewtonProgress``; ``cg_rtol``
-    a number or ``progress -> rtol``.
+    ``energy(x, aux)``, ``accept(x, aux)``, ``prepare(x, cap, previous)`` (``previous``: the aux of
+    the last accepted point, all zeros at the start, ``None`` when only its shape is asked for; a
+    neighbour list can be kept while it is still valid), ``preconditioner(x, aux)`` or ``None``,
+    and ``hessian(x, aux, progress)`` with ``progress`` a ``NewtonProgress``; ``cg_rtol`` a number
+    or ``progress -> rtol``.
 
     Each callable appears once in the traced loop, so it is compiled once: the start is evaluated
     by the loop's first pass (which takes no step), and one line-search loop both backtracks and
@@ -220,8 +223,8 @@ def newton_loop(
     def gradient_norm(e, g):  # inf where the energy is not finite (e.g. a full buffer): never "converged"
         return jnp.where(jnp.isfinite(e), jnp.max(jnp.abs(g)), jnp.inf)
 
-    def evaluate(x, cap):
-        aux = prepare(x, cap)
+    def evaluate(x, cap, previous):
+        aux = prepare(x, cap, previous)
         e, g = value_and_grad(x, aux)
         return x, aux, e, g
 
@@ -248,18 +251,22 @@ def newton_loop(
             alpha, m, e_m, mode, ok, strict, j = ls
             scale = jnp.where(mode == backtrack, alpha, jnp.where(mode == expanding, 2 * m, m))
             point = x + scale * d
-            e_p = lax.cond(mode == confirm, lambda: e_m, lambda: energy(point, aux))
+            # backtracking asks accept first: the energy at a point it rejects is not needed
+            asked = (mode == backtrack) | (mode == confirm)
+            allowed = lax.cond(asked, lambda: accept(point, aux), lambda: jnp.bool_(False))
+            measured = (mode == expanding) | ((mode == backtrack) & allowed)
+            e_p = lax.cond(measured, lambda: energy(point, aux), lambda: jnp.where(mode == confirm, e_m, jnp.inf))
             bound = e + 1e-4 * alpha * slope
             finite = jnp.isfinite(e_p)
             armijo = (e_p <= bound + slack) & finite
-            asked = ((mode == backtrack) & armijo) | (mode == confirm)
-            allowed = lax.cond(asked, lambda: accept(point, aux), lambda: jnp.bool_(False))
             # backtracking: taken (then expand if it was the full step), or halve, or give up
-            taken = allowed & (mode == backtrack)
+            taken = allowed & armijo & (mode == backtrack)
             grow = taken & (alpha == 1) & (2 <= limit)
-            halve = (mode == backtrack) & ~allowed
-            # expanding: keep doubling while the energy falls, then confirm the multiple reached
-            better = (mode == expanding) & (e_p < e_m) & finite
+            halve = (mode == backtrack) & ~taken
+            # expanding: keep doubling while the energy falls (by more than its round-off: doubling a
+            # Newton step at the minimum, within it, grew the gradient and stalled the loop), then
+            # confirm the multiple reached
+            better = (mode == expanding) & (e_p < e_m - slack) & finite
             m_new = jnp.where(taken, alpha, jnp.where(better, 2 * m, m))
             after_expanding = jnp.where(better & (4 * m <= limit), expanding, jnp.where(m_new > 1, confirm, done))
             # confirming: the expanded point if accept allows it, else the full step
@@ -311,7 +318,7 @@ def newton_loop(
             return x, jnp.bool_(True), jnp.bool_(True), jnp.int32(0), cap
 
         trial, ok, strict, cg_k, cap = lax.cond(fresh, start, step)
-        new = lax.cond(ok, lambda: evaluate(trial, cap), lambda: (x, aux, e, g))
+        new = lax.cond(ok, lambda: evaluate(trial, cap, aux), lambda: (x, aux, e, g))
         # a step accepted only within the energy's round-off must shrink the gradient, else it is a stall
         ok = ok & (strict | (gradient_norm(new[2], new[3]) < gradient_norm(e, g)))
         x, aux, e, g = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, (x, aux, e, g))
@@ -320,7 +327,7 @@ def newton_loop(
         return x, aux, e, g, k + taken.astype(jnp.int32), cg_total + cg_k, ~ok, cap, g_start, jnp.bool_(False)
 
     cap0 = jnp.asarray(jnp.inf if max_step is None else max_step, jax.tree_util.tree_leaves(x0)[0].dtype)
-    aux0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(prepare, x0, cap0))
+    aux0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(prepare, x0, cap0, None))
     e0 = jnp.zeros((), jax.eval_shape(energy, x0, aux0).dtype)
     g0 = jnp.zeros_like(x0)
     gnorm0 = jnp.zeros((), e0.dtype)

@@ -38,7 +38,6 @@ from ._mesh_energy import (
     barrier_energy,
     block_vector_product,
     judge_pairs,
-    pair_mask,
     pair_triangles,
     shared_vertices,
 )
@@ -65,32 +64,50 @@ class RelaxSetup(eqx.Module):
 
 
 class Neighbours(eqx.Module):
-    """A neighbour list valid for one Newton step (see the module docstring), and within it the pairs
-    that can come within ``dhat`` during the step (``nearby``, ``num_nearby``; unusable, and
-    ``close_pairs`` falls back to all the neighbours, when more than fit), and the pairs closer than
-    ``dhat`` at the point it was built for (``origin``), where the gradient and the Hessian are
-    taken next."""
+    """A neighbour list and what is measured on it, valid while no vertex is farther than ``skin``
+    from ``reference``, the point it was built at (see ``neighbours``).
+
+    - ``pairs``, ``num_pairs``: the rows the crossing check reads: every neighbour, or the nearby
+      ones (first rows) when they fit;
+    - ``count``, ``overflowed``: the broad phase's true count (also past the buffer), and whether it
+      was past it;
+    - ``nearby``, ``num_nearby``: the pairs that can come within ``dhat`` during a step (unusable,
+      and ``close_pairs`` falls back to all the neighbours, when more than fit);
+    - ``origin``, ``close``, ``num_close``: the pairs closer than ``dhat`` at ``origin``, the last
+      point it was used at, where the gradient and the Hessian are taken next."""
 
     pairs: Array
-    mask: Array
-    count: Array  # true count, also past the buffer
+    num_pairs: Array
+    count: Array
     overflowed: Array
     nearby: Array
     num_nearby: Array
+    reference: Array
+    skin: Array
     origin: Array
     close: Array
     num_close: Array
 
 
+_NEARBY_ROWS = 16  # nearby-list rows per row of the close-pair buffer
+
+
+def _nearby_rows(setup: RelaxSetup) -> int:
+    return min(_NEARBY_ROWS * setup.active_capacity, setup.capacity)
+
+
 def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
-    """Face pairs that can come within ``dhat`` of each other, or cross, during one step that moves
-    no vertex farther than ``reach`` (default: the largest step, ``max_step * h``).
+    """Face pairs that can come within ``dhat`` of each other, or cross, at any point no vertex of
+    which is farther than ``reach`` from ``x`` (default: the largest step, ``max_step * h``).
 
     Also the pairs closer than ``dhat + 2 reach`` now: no point of a triangle moves farther than its
-    corners, so only they can be closer than ``dhat`` anywhere along the step. ``close_pairs`` at
+    corners, so only they can be closer than ``dhat`` anywhere within that reach. ``close_pairs`` at
     the line search's trial points then measures a few hundred pairs instead of every neighbour
     (most of which are the mesh's own adjacent faces, whose boxes always meet): measured on the
-    figure-of-eight knot near the minimum, 26,088 neighbours, 314 nearby, 51 close.
+    figure-of-eight knot near the minimum, 26,088 neighbours, 314 nearby, 51 close. They are also
+    all the pairs that can cross there (two triangles that cross at a point have no distance there;
+    going there from ``x``, intersection-free, their nearest primitives first meet, each moving no
+    farther than ``reach``), so the crossing check reads only them.
 
     And the pairs closer than ``dhat`` at ``x``, found once for the energy's gradient and the
     Hessian there: at the full step cap (no nearby list) each search cost 19 ms on the pretzel."""
@@ -98,21 +115,54 @@ def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
     padding = 0.5 * setup.margin * h + reach
     x = lax.stop_gradient(x)
     candidates = candidate_pairs(x, setup.faces, capacity=setup.capacity, include_shared_edges=True, padding=padding)
-    pairs, mask = candidates.pairs, pair_mask(candidates)
-    capacity = 4 * setup.active_capacity  # nearby rows; close_pairs reads the size back from the buffer
+    pairs, count = candidates.pairs, jnp.minimum(candidates.count, setup.capacity)
+    rows = _nearby_rows(setup)  # close_pairs reads the size back from the buffer
     # beyond a quarter of the largest step they do not fit (figure-of-eight: 2.4k nearby at a quarter,
-    # 17k of 46k neighbours at half): not measured then, and ``close_pairs`` uses all the neighbours
+    # 17k of 46k neighbours at half): not measured then, and ``close_pairs`` uses all the neighbours.
+    # The broad phase padded the boxes by as much, so only the distances can drop a neighbour here
     nearby, num_nearby = lax.cond(
         reach <= setup.max_step * h / 4,
-        lambda: _closer_than(x, setup, pairs, mask, setup.margin * h + 2 * reach, capacity),
-        lambda: (jnp.full((capacity, 2), -1, jnp.int32), jnp.int32(capacity + 1)),
+        lambda: _within(x, setup, pairs, count, setup.margin * h + 2 * reach, rows),
+        lambda: (jnp.full((rows, 2), -1, jnp.int32), jnp.int32(rows + 1)),
     )
-    close, num_close = _search_close(x, setup, pairs, mask, nearby, num_nearby, setup.margin * h)
-    return Neighbours(pairs, mask, candidates.count, candidates.overflowed, nearby, num_nearby, x, close, num_close)
+    close, num_close = _search_close(x, setup, pairs, count, nearby, num_nearby, setup.margin * h)
+    usable = num_nearby <= rows
+    checked = lax.dynamic_update_slice(pairs, jnp.where(usable, nearby, pairs[:rows]), (0, 0))
+    num_checked = jnp.where(usable, num_nearby, count)
+    return Neighbours(
+        checked, num_checked, candidates.count, candidates.overflowed, nearby, num_nearby, x, reach, x, close, num_close
+    )
 
 
-def _closer_than(x, setup: RelaxSetup, pairs, mask, distance, capacity: int):
-    """The rows of ``pairs`` (where ``mask``) with non-incident primitives closer than ``distance``,
+def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None) -> Neighbours:
+    """``neighbours`` for a step from ``x`` that moves no vertex farther than ``reach``: the previous
+    list (``previous``, or ``None``) with its close pairs measured again at ``x``, while ``x`` plus
+    the step stays within its skin and its nearby pairs are usable; else a new list, with a skin of
+    twice the reach where the nearby pairs are still measured at that (near the minimum the steps
+    are far smaller than the smallest cap, and one list serves several of them)."""
+    quarter = setup.max_step * h / 4
+    skin = jnp.where(2 * reach <= quarter, 2 * reach, reach)
+    if previous is None:
+        return neighbours(x, setup, h, skin)
+    x = lax.stop_gradient(x)
+    moved = jnp.sqrt(jnp.max(jnp.sum((x - previous.reference) ** 2, axis=1), initial=0.0))
+    keep = (
+        (previous.num_nearby <= previous.nearby.shape[0])
+        & ~previous.overflowed
+        & (previous.skin > 0)
+        & (moved + reach <= previous.skin)
+    )
+
+    def kept():
+        dhat = setup.margin * h
+        close, num_close = _within(x, setup, previous.nearby, previous.num_nearby, dhat, setup.active_capacity)
+        return eqx.tree_at(lambda n: (n.origin, n.close, n.num_close), previous, (x, close, num_close))
+
+    return lax.cond(keep, kept, lambda: neighbours(x, setup, h, skin))
+
+
+def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
+    """The first ``count`` rows of ``pairs`` with non-incident primitives closer than ``distance``,
     compacted into ``capacity`` rows, and their true count.
 
     Two passes: the boxes' gap (cheap) drops most pairs, the primitive distances decide the rest."""
@@ -125,9 +175,9 @@ def _closer_than(x, setup: RelaxSetup, pairs, mask, distance, capacity: int):
         rows = pairs[jnp.minimum(slot, rows_in - 1)]
         i, j = rows[:, 0], rows[:, 1]
         meet = jnp.all((lo[:, i] <= hi[:, j]) & (lo[:, j] <= hi[:, i]), axis=0)
-        return mask[jnp.minimum(slot, rows_in - 1)] & meet, rows
+        return (slot < count) & meet, rows
 
-    boxed, num_boxed = stream_compact(boxes_meet, jnp.sum(mask), chunk, jnp.full_like(pairs, -1))
+    boxed, num_boxed = stream_compact(boxes_meet, count, chunk, jnp.full_like(pairs, -1))
     return _within(x, setup, boxed, num_boxed, distance, capacity)
 
 
@@ -147,13 +197,13 @@ def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), empty)
 
 
-def _search_close(x, setup: RelaxSetup, pairs, mask, nearby, num_nearby, dhat):
-    """The neighbours (``pairs`` where ``mask``) closer than ``dhat`` at ``x``: among ``nearby`` when
-    they all fit there, else among all the neighbours."""
+def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat):
+    """The first ``count`` rows of ``pairs`` (the neighbours) closer than ``dhat`` at ``x``: among
+    ``nearby`` when they all fit there, else among all the neighbours."""
     return lax.cond(
         num_nearby <= nearby.shape[0],
         lambda: _within(x, setup, nearby, num_nearby, dhat, setup.active_capacity),
-        lambda: _closer_than(x, setup, pairs, mask, dhat, setup.active_capacity),
+        lambda: _closer_than(x, setup, pairs, count, dhat, setup.active_capacity),
     )
 
 
@@ -167,18 +217,18 @@ def close_pairs(x, setup: RelaxSetup, near: Neighbours, dhat):
     return lax.cond(
         jnp.all(x == near.origin),
         lambda: (near.close, near.num_close),
-        lambda: _search_close(x, setup, near.pairs, near.mask, near.nearby, near.num_nearby, dhat),
+        lambda: _search_close(x, setup, near.pairs, near.num_pairs, near.nearby, near.num_nearby, dhat),
     )
 
 
 def crossing_check(x, setup: RelaxSetup, near: Neighbours):
-    """The float predicate on the neighbours at ``x`` (ambiguous pairs count as crossing): the
-    line search's admissibility test, also used to size its survivor buffer."""
+    """The float predicate on the neighbours that can cross at ``x`` (ambiguous pairs count as
+    crossing): the line search's admissibility test, also used to size its survivor buffer."""
     return judge_pairs(
         x,
         setup.faces,
         near.pairs,
-        jnp.sum(near.mask),
+        near.num_pairs,
         survivor_capacity=setup.survivor_capacity,
         flagged_capacity=8,
         keep_ambiguous=False,
@@ -226,8 +276,8 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     rest = rest_shape(theta, setup.edges)
     dhat = setup.margin * rest.h
 
-    def prepare(x, reach):
-        return neighbours(x, setup, rest.h, reach)
+    def prepare(x, reach, previous):
+        return advance(x, setup, rest.h, reach, previous)
 
     def energy(x, near):
         return relax_energy(x, theta, setup, near)

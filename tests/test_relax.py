@@ -1,0 +1,112 @@
+"""Layer 4: phase 2's neighbour lists hold every pair that can matter anywhere within their reach,
+and a list kept across steps measures the close pairs again exactly (brute force over all pairs)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tritri_jax as tt
+from tritri_jax._distance import pair_distance_sq
+from tritri_jax._mesh_energy import pair_triangles, shared_vertices
+from tritri_jax._relax import advance, close_pairs, crossing_check, neighbours
+from tritri_jax._untangle import UntangleOptions, _normalise, _relax_setup
+
+
+def _two_sheets(n=8):
+    """Two wavy sheets, one a copy of the other raised by 5 % of an edge at one side to 20 % at the
+    other: intersection-free, with faces within the barrier's reach (10 % of an edge) of the other
+    sheet's and faces beyond it."""
+    s, t = np.meshgrid(np.linspace(0, 1, n), np.linspace(0, 1, n), indexing="ij")
+    sheet = np.stack([s, t, 0.05 * np.sin(3 * s) * np.cos(2 * t)], -1).reshape(-1, 3)
+    i, j = np.meshgrid(np.arange(n - 1), np.arange(n - 1), indexing="ij")
+    a = (i * n + j).ravel()
+    faces = np.concatenate([np.stack([a, a + n, a + n + 1], 1), np.stack([a, a + n + 1, a + 1], 1)])
+    raised = sheet + np.stack([0 * s, 0 * s, (0.05 + 0.15 * s) / (n - 1)], -1).reshape(-1, 3)
+    return np.concatenate([sheet, raised]), np.concatenate([faces, faces + n * n]).astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def sheets():
+    vertices, faces = _two_sheets()
+    problem = _normalise(vertices, faces, jnp.float64)
+    setup = _relax_setup(problem, UntangleOptions(), problem.theta)
+    return problem, setup
+
+
+def _pair_set(rows, count):
+    rows = np.asarray(rows)[: int(count)]
+    return {tuple(sorted(row)) for row in rows.tolist()}
+
+
+@jax.jit
+def _all_distances(x, faces, pairs):
+    u, v = pair_triangles(x, faces, pairs)
+    return jax.vmap(pair_distance_sq)(u, v, shared_vertices(faces, pairs))
+
+
+def _brute_force_close(x, faces, dhat):
+    """Every face pair (adjacent ones included) with non-incident primitives closer than ``dhat``."""
+    i, j = np.triu_indices(len(faces), 1)
+    pairs = np.stack([i, j], 1).astype(np.int32)
+    close = np.asarray(_all_distances(x, jnp.asarray(faces), jnp.asarray(pairs))) < dhat**2
+    return {tuple(row) for row in pairs[close].tolist()}
+
+
+def _moved(x, reach, seed):
+    """``x`` with every vertex moved in a random direction, a quarter of them by ``reach`` and the rest
+    by less."""
+    rng = np.random.default_rng(seed)
+    step = rng.normal(size=x.shape)
+    length = reach * np.where(rng.uniform(size=(len(x), 1)) < 0.25, 1.0, rng.uniform(size=(len(x), 1)))
+    return x + jnp.asarray(step / np.linalg.norm(step, axis=1, keepdims=True) * length)
+
+
+_neighbours = jax.jit(neighbours)
+_advance = jax.jit(advance)
+_close = jax.jit(close_pairs)
+_crossings = jax.jit(lambda x, setup, near: crossing_check(x, setup, near).num_flagged)
+
+
+@pytest.mark.parametrize("fraction", [1 / 8, 1.0])  # with a nearby list, and beyond its reach without one
+def test_neighbours_hold_every_pair_within_dhat_or_crossing_anywhere_within_reach(sheets, fraction):
+    problem, setup = sheets
+    x, faces, h = problem.theta, np.asarray(problem.faces), problem.h
+    dhat, reach = setup.margin * h, fraction * setup.max_step * h
+    near = _neighbours(x, setup, h, reach)
+    assert not bool(near.overflowed)
+    checked = _pair_set(near.pairs, near.num_pairs)
+    usable = int(near.num_nearby) <= near.nearby.shape[0]
+    assert usable == (fraction < 1)
+    if usable:  # the crossing check reads the nearby pairs only
+        assert checked == _pair_set(near.nearby, near.num_nearby)
+        assert len(checked) < int(near.count)
+    assert _pair_set(near.close, near.num_close) == _brute_force_close(x, faces, dhat)
+    crossed = newly_close = 0
+    for seed in range(6):
+        y = _moved(x, reach, seed)
+        close = _brute_force_close(y, faces, dhat)
+        crossing = {tuple(row) for row in tt.find_intersections(y, faces).tolist()}
+        assert close | crossing <= checked
+        assert _pair_set(*_close(y, setup, near, dhat)) == close
+        assert (int(_crossings(y, setup, near)) > 0) == bool(crossing)
+        crossed += bool(crossing)
+        newly_close += bool(close - _pair_set(near.close, near.num_close))
+    assert crossed and newly_close  # the moves reached pairs that were neither crossing nor close at x
+
+
+def test_a_kept_list_measures_the_close_pairs_again_and_is_rebuilt_past_its_skin(sheets):
+    problem, setup = sheets
+    x, faces, h = problem.theta, np.asarray(problem.faces), problem.h
+    dhat, reach = setup.margin * h, setup.max_step * h / 16
+    first = _advance(x, setup, h, reach, None)
+    assert float(first.skin) == pytest.approx(2 * reach)  # twice the reach, where that still has nearby pairs
+    y = _moved(x, reach / 2, 7)
+    kept = _advance(y, setup, h, reach, first)  # moved reach / 2, plus a step of reach: within 2 reach
+    np.testing.assert_array_equal(np.asarray(kept.reference), np.asarray(x))
+    np.testing.assert_array_equal(np.asarray(kept.origin), np.asarray(y))
+    assert _pair_set(kept.close, kept.num_close) == _brute_force_close(y, faces, dhat)
+    assert _pair_set(*_close(y, setup, kept, dhat)) == _brute_force_close(y, faces, dhat)
+    rebuilt = _advance(y, setup, h, 2 * reach, first)  # a step of 2 reach would leave the skin
+    np.testing.assert_array_equal(np.asarray(rebuilt.reference), np.asarray(y))
+    assert _pair_set(rebuilt.close, rebuilt.num_close) == _brute_force_close(y, faces, dhat)
