@@ -232,17 +232,22 @@ def test_barrier_derivatives_are_finite_on_awkward_pairs():
     assert np.all(eigenvalues >= -1e-8 * np.maximum(1, np.abs(eigenvalues).max(axis=1, keepdims=True)))
 
 
+def _two_strips(seed):
+    """A strip of four triangles over a parallel copy, both jittered: 12 vertices, 8 faces."""
+    rng = np.random.default_rng(seed)
+    grid = np.array([[i, j, 0.0] for i in range(3) for j in range(2)])
+    vertices = jnp.asarray(np.concatenate([grid, grid + [0.1, 0.2, 0.3]]) + 0.02 * rng.normal(size=(12, 3)))
+    strip = np.array([[0, 2, 1], [1, 2, 3], [2, 4, 3], [3, 4, 5]])
+    return vertices, jnp.asarray(np.concatenate([strip, strip + 6]), jnp.int32)
+
+
 @pytest.mark.parametrize("rows", [6, 64])
 def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian(rows):
     # a strip of triangles over a parallel one, dhat large enough that most primitive pairs count;
     # faces 0 and 1 share an edge, as do 4 and 5, so pairs [0, 4] and [1, 5] hold the same edge-edge
     # pair. In a 6-row buffer more primitive pairs are within dhat than rows: each is evaluated in
     # its own face pair; in a 64-row one duplicates are evaluated once
-    rng = np.random.default_rng(4)
-    grid = np.array([[i, j, 0.0] for i in range(3) for j in range(2)])
-    vertices = jnp.asarray(np.concatenate([grid, grid + [0.1, 0.2, 0.3]]) + 0.02 * rng.normal(size=(12, 3)))
-    strip = np.array([[0, 2, 1], [1, 2, 3], [2, 4, 3], [3, 4, 5]])
-    faces = jnp.asarray(np.concatenate([strip, strip + 6]), jnp.int32)
+    vertices, faces = _two_strips(seed=4)
     listed = [[0, 4], [0, 2], [1, 5], [2, 6], [3, 7]]  # [0, 2] share a vertex
     pairs = jnp.asarray(listed + [[-1, -1]] * (rows - len(listed)), jnp.int32)
     dhat = 1.0
@@ -268,6 +273,39 @@ def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian(rows):
     else:  # the shared edge-edge pair sits, twice, in one of its face pairs' blocks
         assert np.abs(exact - own).max() > 1e-3 * np.abs(own).max()
     assert float(barrier_energy(vertices, faces, jnp.zeros((0, 2), jnp.int32), 0, dhat)) == 0  # no pairs
+
+
+def test_mesh_barrier_derivatives_equal_plain_autodiff_of_its_live_pairs():
+    # barrier_energy's first derivatives are its own (a custom JVP); against reverse mode through the
+    # plain sum of the live pairs' barriers: gradient, Hessian-vector product and the derivative of
+    # the gradient in dhat (the implicit gradient of untangle takes both)
+    vertices, faces = _two_strips(seed=6)
+    pairs = jnp.asarray([[0, 4], [0, 2], [1, 5], [2, 6], [3, 7], [-1, -1]], jnp.int32)
+    count, dhat = 3, jnp.asarray(0.8)
+    tangent = jnp.asarray(np.random.default_rng(7).normal(size=(12, 3)))
+
+    def plain(x, dhat):
+        u, v = x[faces[pairs[:count, 0]]], x[faces[pairs[:count, 1]]]
+        same = faces[pairs[:count, 0]][:, :, None] == faces[pairs[:count, 1]][:, None, :]
+        return jnp.sum(jax.vmap(dist.pair_barrier, in_axes=(0, 0, 0, None))(u, v, same, dhat**2))
+
+    def ours(x, dhat):
+        return barrier_energy(x, faces, pairs, count, dhat, chunk=2)
+
+    for energy in (plain, ours):
+        assert float(energy(vertices, dhat)) > 0
+    results = [_derivatives(energy, vertices, dhat, tangent) for energy in (plain, ours)]
+    for expected, got in zip(*results, strict=True):
+        scale = np.abs(expected).max()
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12 * scale)
+
+
+def _derivatives(energy, x, dhat, tangent):
+    """Value, gradients in ``x`` and ``dhat``, a Hessian-vector product, and d/d dhat of <gradient, tangent>."""
+    gradient = jax.grad(energy, argnums=(0, 1))
+    hvp = jax.jvp(lambda y: jax.grad(energy)(y, dhat), (x,), (tangent,))[1]
+    mixed = jax.grad(lambda d: jnp.sum(tangent * jax.grad(energy)(x, d)))(dhat)
+    return (energy(x, dhat), *gradient(x, dhat), hvp, mixed)
 
 
 # the count is traced: one compile per buffer size (the dense reference always gets 6 rows)

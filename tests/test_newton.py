@@ -39,6 +39,21 @@ def test_step_cap_and_rejected_trials_are_respected():
     assert bool(result.stalled)  # no admissible descent left at the wall
 
 
+def test_backtracking_never_evaluates_the_energy_where_accept_rejects():
+    wall = lambda x: jnp.all(x[:, 0] <= 1.0)  # noqa: E731
+    measured = []
+
+    def energy(x):  # evaluated by value, gradient and line search alike
+        jax.debug.callback(lambda y: measured.append(np.asarray(y)), x)
+        return jnp.sum((x - 3.0) ** 2)
+
+    result = tt.newton_cg(energy, jnp.zeros((4, 3)), accept=wall, max_iters=30, max_step=0.25)
+    jax.effects_barrier()
+    assert bool(result.stalled) and float(result.x[0, 0]) > 0.9  # halved against the wall, then stopped
+    assert len(measured) > int(result.iterations) + 1  # trial points, besides the iterates
+    assert all(np.all(point[:, 0] <= 1.0) for point in measured)
+
+
 def test_prepare_runs_once_per_accepted_point_and_feeds_every_callable():
     calls = []
 
