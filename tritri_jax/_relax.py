@@ -10,17 +10,19 @@ The barrier is continuous and grows without bound as two primitives meet, so New
 stationary point (the interval energy $T$ used before jumps where a triangle leaves the other's
 plane, and its line search stalled there: docs/untangling.md). Each Newton step
 
-- builds one neighbour list: the face pairs whose boxes, grown by $\\hat d/2$ + the step cap,
-  overlap (``prepare``). Every pair that can be within $\\hat d$, or cross, anywhere along the
-  capped step is in it, so the line search evaluates the exact energy at its trial points without
-  another broad phase. The cap adapts (4 x the last step, within ``max_step * h`` / 16 and
-  ``max_step * h``), so near the minimum the list holds little more than the close pairs;
+- builds one neighbour list, or keeps the last one while the step stays within its skin
+  (``advance``): the face pairs whose boxes, grown by $\\hat d/2$ + the skin, overlap. Every
+  pair that can be within $\\hat d$, or cross, anywhere along the capped step is in it, so the
+  line search evaluates the exact energy at its trial points without another broad phase. The
+  cap adapts (4 x the last step, within ``max_step * h`` / 16 and ``max_step * h``), so near the
+  minimum the list holds little more than the close pairs;
 - solves $H d = -g$ by CG preconditioned with a multigrid V-cycle of the constant elastic
   stiffness (``_multigrid``), $H$ = a PSD Gauss-Newton operator far from the minimum and the exact
   Hessian near it (``relax``), the barrier's part as dense blocks on the pairs closer than $\\hat d$;
 - backtracks (Armijo), or doubles an accepted full step while the energy keeps falling (a log
   barrier's Newton step only doubles a tiny gap), rejecting every trial at which the float
-  predicate finds a crossing pair among the neighbours.
+  predicate finds a crossing pair among the neighbours (asked before the energy: every backtrack
+  measured on the pretzel was a trial that crossed).
 
 ``untangle`` gets its implicit VJP at the stationary point this reaches.
 """
