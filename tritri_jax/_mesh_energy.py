@@ -278,8 +278,8 @@ def _barrier_scan(vertices, faces, pairs, count, dhat, chunk: int, gradient: boo
             if not gradient:
                 return total + chunk_sum(u, v, dhat)
             value, (du, dv, ddhat) = jax.value_and_grad(chunk_sum, argnums=(0, 1, 2))(u, v, dhat)
-            corners = faces[jnp.maximum(rows, 0)].reshape(-1)
-            moved = jax.ops.segment_sum(jnp.stack([du, dv], 1).reshape(-1, 3), corners, vertices.shape[0])
+            corners = faces[jnp.maximum(rows, 0)].reshape(-1, 6)
+            moved = scatter_to_vertices(jnp.stack([du, dv], 1).reshape(-1, 18), corners, vertices.shape[0])
             return total[0] + value, total[1] + moved, total[2] + ddhat
 
         return lax.cond(slots[0] < count, live, lambda: total), None
