@@ -50,6 +50,19 @@ def test_assembled_hessian_equals_the_matrix_free_operators(deformed, dtype, rto
     assert float(jnp.max(jnp.abs(gauss_newton - exact))) > 1e-3 * float(jnp.max(jnp.abs(exact)))  # they differ
 
 
+def test_wide_patterns_take_the_gathered_product(deformed, monkeypatch):
+    """Patterns wider than ``UNROLLED_SLOTS`` (a vertex of high degree) are multiplied by one gather
+    instead of slot by slot: the same operator."""
+    vertices, moved, edges, direction = deformed
+    rest = rest_shape(jnp.asarray(vertices), edges)
+    pattern = elastic_pattern(edges, len(vertices))
+    x, v = jnp.asarray(moved), jnp.asarray(direction)
+    by_slot = elastic_hessian(x, rest, pattern, exact=True)(v)
+    monkeypatch.setattr("tritri_jax._elastic.UNROLLED_SLOTS", 0)
+    gathered = elastic_hessian(x, rest, pattern, exact=True)(v)
+    np.testing.assert_allclose(np.asarray(by_slot), np.asarray(gathered), rtol=1e-12, atol=1e-12)
+
+
 def test_pattern_rows_hold_the_two_ring(deformed):
     vertices, _, edges, _ = deformed
     pattern = elastic_pattern(edges, len(vertices))

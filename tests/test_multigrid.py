@@ -10,7 +10,7 @@ import scipy.sparse.linalg as spla
 
 import tritri_jax as tt
 from tritri_jax._elastic import stiffness_matrix, unique_edges
-from tritri_jax._multigrid import ell, multigrid, v_cycle
+from tritri_jax._multigrid import UNROLLED_SLOTS, ell, multigrid, v_cycle
 from tritri_jax._newton import conjugate_gradient
 
 
@@ -20,11 +20,16 @@ def stiffness():
     return stiffness_matrix(vertices, unique_edges(faces))
 
 
-def test_ell_product_equals_scipy():
+@pytest.mark.parametrize("wide", [False, True])
+def test_ell_product_equals_scipy(wide):
+    """Narrow matrices are multiplied slot by slot, wide ones (past ``UNROLLED_SLOTS``) by one gather."""
     rng = np.random.default_rng(0)
     matrix = sp.random(50, 40, density=0.1, random_state=rng, format="lil")
     matrix[7] = 0  # an empty row
+    if wide:
+        matrix[3] = rng.normal(size=40)
     matrix = matrix.tocsr()
+    assert (np.diff(matrix.indptr).max() > UNROLLED_SLOTS) == wide
     x = rng.normal(size=(40, 3))
     np.testing.assert_allclose(np.asarray(ell(matrix, jnp.float64)(jnp.asarray(x))), matrix @ x, atol=1e-12)
 

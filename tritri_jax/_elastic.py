@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from ._multigrid import UNROLLED_SLOTS
 from ._safe import safe_norm
 
 
@@ -181,8 +182,8 @@ def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64) -> ElasticPatte
 
 def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0, pull=1e-2, exact=False):
     """``v -> H v`` for the elastic energy at ``x``, assembled into 3 x 3 blocks once (a product is
-    then three gathers and nine multiply-adds, no scatter: 0.32 ms against 0.65 ms for the JVP-VJP
-    operator on the trefoil knot, plus 2 ms to assemble).
+    then gathers and multiply-adds, no scatter: 0.32 ms against 0.65 ms for the JVP-VJP operator on
+    the trefoil knot, plus 2 ms to assemble; since done slot by slot, 0.18-0.29 ms on the pretzel).
 
     ``exact=False``: the operator of [`elastic_gauss_newton`][tritri_jax._elastic.elastic_gauss_newton]
     (PSD); ``exact=True`` (a bool or a traced flag): the exact Hessian, in which a compressed edge's
@@ -206,8 +207,8 @@ def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0,
     spring = jnp.moveaxis(spring, 0, -1)  # (3, 3, E)
     scalar = (2 / rest.h**2) * (bending * pattern.laplacian_sq)
     scalar = scalar.at[jnp.arange(x.shape[0]), pattern.diagonal].add(2 * pull / rest.h**2)
-    # (3, 3, V, w): coordinate-major, so a product is nine long multiply-adds (as an einsum over
-    # (V, w, 3, 3) blocks it took 1.1 ms on the trefoil knot, this way 0.32-0.37 ms)
+    # (3, 3, V, w): coordinate-major, so a product is nine long multiply-adds per slot (as an einsum
+    # over (V, w, 3, 3) blocks it took 1.1 ms on the trefoil knot, this way 0.32-0.37 ms)
     blocks = eye[:, :, None, None] * scalar
     i, j = e[:, 0], e[:, 1]
     blocks = blocks.at[:, :, i, pattern.diagonal[i]].add(spring).at[:, :, j, pattern.diagonal[j]].add(spring)
@@ -216,8 +217,15 @@ def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0,
     )
 
     def product(v):
-        gathered = v.T[:, pattern.cols]  # (3, V, w)
-        rows = [sum(blocks[a, b] * gathered[b] for b in range(3)) for a in range(3)]
-        return jnp.stack([jnp.sum(row, axis=1) for row in rows], axis=1)
+        width = pattern.cols.shape[1]
+        if width > UNROLLED_SLOTS:
+            gathered = v.T[:, pattern.cols]  # (3, V, w)
+            rows = [sum(blocks[a, b] * gathered[b] for b in range(3)) for a in range(3)]
+            return jnp.stack([jnp.sum(row, axis=1) for row in rows], axis=1)
+        out = 0  # slot by slot (0.18-0.29 ms on the pretzel, against 0.40-0.52 ms the other way)
+        for slot in range(width):
+            g = v[pattern.cols[:, slot]]
+            out = out + jnp.stack([sum(blocks[a, b, :, slot] * g[:, b] for b in range(3)) for a in range(3)], axis=1)
+        return out
 
     return product
