@@ -7,8 +7,8 @@ by smoothed aggregation (``pyamg``) from the scalar matrix that acts on each coo
 V-cycle then runs inside ``jit`` (damped Jacobi smoothing, an exact solve on the coarsest level), so
 it is symmetric positive definite and can precondition CG.
 
-Sparse matrices are stored in ELLPACK form (every row padded to the longest one), so a product is a
-gather and a row sum: no scatter, which is slow on CPUs under XLA.
+Sparse matrices are stored in ELLPACK form (every row padded to the longest one), so a product is
+gathers and a row sum (``Ell``): no scatter, which is slow on CPUs under XLA.
 """
 
 import equinox as eqx
@@ -35,10 +35,10 @@ class Ell(eqx.Module):
 
 
 # Up to this width a product is a sum over the slots of gathered rows, one gather per slot (also the
-# elastic Hessian's, ``_elastic.elastic_hessian``): on the
-# pretzel's fine level (2,304 x 25, three columns) 0.05-0.11 ms, against 0.21-0.32 ms as one
-# (n, k, 3) gather and an einsum. Wider ones (the restriction to the coarse level: 96 slots for 95
-# rows) take the einsum: unrolled they added a second of compiling to save 0.03 ms.
+# elastic Hessian's, ``_elastic.elastic_hessian``): on the pretzel's fine level (2,304 x 25, three
+# columns) 0.05-0.11 ms, against 0.21-0.32 ms as one (n, k, 3) gather and an einsum. Wider ones (the
+# restriction to the coarse level: 96 slots for 95 rows) take the einsum: unrolled they added a
+# second of compiling to save 0.03 ms.
 UNROLLED_SLOTS = 32
 
 
