@@ -98,6 +98,12 @@ def _nearby_rows(setup: RelaxSetup) -> int:
     return min(_NEARBY_ROWS * setup.active_capacity, setup.capacity)
 
 
+def _fits(nearby, num_nearby):
+    """Whether all the nearby pairs are in their buffer (if not, they are unusable: close pairs are
+    then searched for among all the neighbours, and the crossing check reads all of them)."""
+    return num_nearby <= nearby.shape[0]
+
+
 def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
     """Face pairs that can come within ``dhat`` of each other, or cross, at any point no vertex of
     which is farther than ``reach`` from ``x`` (default: the largest step, ``max_step * h``).
@@ -128,7 +134,7 @@ def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
         lambda: (jnp.full((rows, 2), -1, jnp.int32), jnp.int32(rows + 1)),
     )
     close, num_close = _search_close(x, setup, pairs, count, nearby, num_nearby, setup.margin * h)
-    usable = num_nearby <= rows
+    usable = _fits(nearby, num_nearby)
     checked = lax.dynamic_update_slice(pairs, jnp.where(usable, nearby, pairs[:rows]), (0, 0))
     num_checked = jnp.where(usable, num_nearby, count)
     return Neighbours(
@@ -149,7 +155,7 @@ def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None) -> Neig
     x = lax.stop_gradient(x)
     moved = jnp.sqrt(jnp.max(jnp.sum((x - previous.reference) ** 2, axis=1), initial=0.0))
     keep = (
-        (previous.num_nearby <= previous.nearby.shape[0])
+        _fits(previous.nearby, previous.num_nearby)
         & ~previous.overflowed
         & (previous.skin > 0)
         & (moved + reach <= previous.skin)
@@ -203,7 +209,7 @@ def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat):
     """The first ``count`` rows of ``pairs`` (the neighbours) closer than ``dhat`` at ``x``: among
     ``nearby`` when they all fit there, else among all the neighbours."""
     return lax.cond(
-        num_nearby <= nearby.shape[0],
+        _fits(nearby, num_nearby),
         lambda: _within(x, setup, nearby, num_nearby, dhat, setup.active_capacity),
         lambda: _closer_than(x, setup, pairs, count, dhat, setup.active_capacity),
     )
