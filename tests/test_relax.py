@@ -9,7 +9,7 @@ import pytest
 import tritri_jax as tt
 from tritri_jax._distance import pair_distance_sq
 from tritri_jax._mesh_energy import pair_triangles, shared_vertices
-from tritri_jax._relax import advance, close_pairs, crossing_check, neighbours
+from tritri_jax._relax import _NEARBY_REACH, advance, close_pairs, crossing_check, neighbours
 from tritri_jax._untangle import UntangleOptions, _normalise, _relax_setup
 
 
@@ -68,16 +68,16 @@ _close = jax.jit(close_pairs)
 _crossings = jax.jit(lambda x, setup, near: crossing_check(x, setup, near).num_flagged)
 
 
-@pytest.mark.parametrize("fraction", [1 / 8, 1.0])  # with a nearby list, and beyond its reach without one
-def test_neighbours_hold_every_pair_within_dhat_or_crossing_anywhere_within_reach(sheets, fraction):
+@pytest.mark.parametrize("reach", [1 / 16, 1 / 2])  # in h: with a nearby list, and beyond its reach without one
+def test_neighbours_hold_every_pair_within_dhat_or_crossing_anywhere_within_reach(sheets, reach):
     problem, setup = sheets
     x, faces, h = problem.theta, np.asarray(problem.faces), problem.h
-    dhat, reach = setup.margin * h, fraction * setup.max_step * h
+    dhat, reach = setup.margin * h, reach * h
     near = _neighbours(x, setup, h, reach)
     assert not bool(near.overflowed)
     checked = _pair_set(near.pairs, near.num_pairs)
     usable = int(near.num_nearby) <= near.nearby.shape[0]
-    assert usable == (fraction < 1)
+    assert usable == (reach <= _NEARBY_REACH * h)
     if usable:  # the crossing check reads the nearby pairs only
         assert checked == _pair_set(near.nearby, near.num_nearby)
         assert len(checked) < int(near.count)

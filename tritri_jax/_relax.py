@@ -92,6 +92,9 @@ class Neighbours(eqx.Module):
 
 
 _NEARBY_ROWS = 16  # nearby-list rows per row of the close-pair buffer
+# the largest reach, in h, for which the nearby pairs are measured: beyond it they do not fit their
+# buffer (figure-of-eight knot: 2.4k nearby at 0.125 h, 17k of 46k neighbours at 0.25 h)
+_NEARBY_REACH = 0.125
 
 
 def _nearby_rows(setup: RelaxSetup) -> int:
@@ -125,11 +128,10 @@ def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
     candidates = candidate_pairs(x, setup.faces, capacity=setup.capacity, include_shared_edges=True, padding=padding)
     pairs, count = candidates.pairs, jnp.minimum(candidates.count, setup.capacity)
     rows = _nearby_rows(setup)  # close_pairs reads the size back from the buffer
-    # beyond a quarter of the largest step they do not fit (figure-of-eight: 2.4k nearby at a quarter,
-    # 17k of 46k neighbours at half): not measured then, and ``close_pairs`` uses all the neighbours.
+    # beyond ``_NEARBY_REACH`` they are not measured, and ``close_pairs`` uses all the neighbours.
     # The broad phase padded the boxes by as much, so only the distances can drop a neighbour here
     nearby, num_nearby = lax.cond(
-        reach <= setup.max_step * h / 4,
+        reach <= _NEARBY_REACH * h,
         lambda: _within(x, setup, pairs, count, setup.margin * h + 2 * reach, rows),
         lambda: (jnp.full((rows, 2), -1, jnp.int32), jnp.int32(rows + 1)),
     )
@@ -148,8 +150,7 @@ def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None) -> Neig
     the step stays within its skin and its nearby pairs are usable; else a new list, with a skin of
     twice the reach where the nearby pairs are still measured at that (near the minimum the steps
     are far smaller than the smallest cap, and one list serves several of them)."""
-    quarter = setup.max_step * h / 4
-    skin = jnp.where(2 * reach <= quarter, 2 * reach, reach)
+    skin = jnp.where(2 * reach <= _NEARBY_REACH * h, 2 * reach, reach)
     if previous is None:
         return neighbours(x, setup, h, skin)
     x = lax.stop_gradient(x)

@@ -98,7 +98,7 @@ class UntangleOptions(NamedTuple):
     pull: float = 1e-2
     margin: float = 0.1
     barrier_weight: float = 1e-2
-    relax_step: float = 0.5
+    relax_step: float = 0.25
     capacity: int | None = None
 
 
