@@ -60,6 +60,16 @@ def test_clean_mesh_comes_back_unchanged():
     np.testing.assert_allclose(np.asarray(result.vertices), vertices, atol=1e-12)
 
 
+@pytest.mark.parametrize("method", ["length", "paper"])
+def test_empty_meshes_and_a_lone_triangle_come_back_as_they_are(method):
+    triangle = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [5, 5, 5]])  # and a vertex no face uses
+    for vertices, faces in [(np.zeros((0, 3)), np.zeros((0, 3), np.int32)), (triangle, np.array([[0, 1, 2]]))]:
+        result = tt.untangle(vertices, faces, method=method)
+        assert bool(result.converged) and int(result.num_intersections) == 0 and int(result.iterations) == 0
+        np.testing.assert_allclose(np.asarray(result.vertices), vertices, atol=1e-12)
+        assert np.asarray(result.history).shape == (0,)
+
+
 def test_a_budget_too_small_reports_failure_not_success():
     vertices, faces = tt.scenes.two_spheres(6)
     result = tt.untangle(vertices, faces, max_steps=2, restarts=0)

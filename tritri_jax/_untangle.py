@@ -535,7 +535,10 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
     problem = _normalise(v64, f_np, dtype)
-    if settings.method == "paper":
+    if len(f_np) < 2:  # nothing can cross (an empty mesh, a lone triangle): returned as it is
+        x1, remaining, steps = problem.theta, np.zeros((0, 2), np.int32), 0
+        history = (np.zeros(0, np.int32), np.zeros(0))
+    elif settings.method == "paper":
         setup = _relax_setup(problem, settings, problem.theta)
         capacities = _Capacities.for_faces(len(f_np), settings.capacity)
         x1, rounds, newton_steps, _ = _paper_route_jit(
