@@ -9,7 +9,16 @@ import pytest
 import tritri_jax as tt
 from tritri_jax._distance import pair_distance_sq
 from tritri_jax._mesh_energy import pair_triangles, shared_vertices
-from tritri_jax._relax import _NEARBY_REACH, advance, close_pairs, crossing_check, neighbours
+from tritri_jax._relax import (
+    _NEARBY_REACH,
+    adjacent_bounds,
+    adjacent_face_pairs,
+    advance,
+    checked_pairs,
+    close_pairs,
+    crossing_check,
+    neighbours,
+)
 from tritri_jax._untangle import UntangleOptions, _normalise, _relax_setup
 
 
@@ -66,6 +75,8 @@ _neighbours = jax.jit(neighbours)
 _advance = jax.jit(advance)
 _close = jax.jit(close_pairs)
 _crossings = jax.jit(lambda x, setup, near: crossing_check(x, setup, near).num_flagged)
+_checked = jax.jit(checked_pairs)
+_bounds = jax.jit(adjacent_bounds)
 
 
 @pytest.mark.parametrize("reach", [1 / 16, 1 / 2])  # in h: with a nearby list, and beyond its reach without one
@@ -75,19 +86,19 @@ def test_neighbours_hold_every_pair_within_dhat_or_crossing_anywhere_within_reac
     dhat, reach = setup.margin * h, reach * h
     near = _neighbours(x, setup, h, reach)
     assert not bool(near.overflowed)
-    checked = _pair_set(near.pairs, near.num_pairs)
     usable = int(near.num_nearby) <= near.nearby.shape[0]
     assert usable == (reach <= _NEARBY_REACH * h)
     if usable:  # the crossing check reads the nearby pairs only
-        assert checked == _pair_set(near.nearby, near.num_nearby)
-        assert len(checked) < int(near.count)
+        nearby = _pair_set(near.nearby, near.num_nearby)
+        assert _pair_set(near.pairs, near.num_pairs) == nearby
+        assert len(nearby) < int(near.count) + len(setup.adjacent)
     assert _pair_set(near.close, near.num_close) == _brute_force_close(x, faces, dhat)
     crossed = newly_close = 0
     for seed in range(6):
         y = _moved(x, reach, seed)
         close = _brute_force_close(y, faces, dhat)
         crossing = {tuple(row) for row in tt.find_intersections(y, faces).tolist()}
-        assert close | crossing <= checked
+        assert close | crossing <= _pair_set(*_checked(y, setup, near))
         assert _pair_set(*_close(y, setup, near, dhat)) == close
         assert (int(_crossings(y, setup, near)) > 0) == bool(crossing)
         crossed += bool(crossing)
@@ -110,3 +121,28 @@ def test_a_kept_list_measures_the_close_pairs_again_and_is_rebuilt_past_its_skin
     rebuilt = _advance(y, setup, h, 2 * reach, first)  # a step of 2 reach would leave the skin
     np.testing.assert_array_equal(np.asarray(rebuilt.reference), np.asarray(y))
     assert _pair_set(rebuilt.close, rebuilt.num_close) == _brute_force_close(y, faces, dhat)
+
+
+def test_adjacent_face_pairs_equal_brute_force():
+    _, faces = _two_sheets(5)
+    faces = np.concatenate([faces, faces[:1, [1, 2, 0]]])  # a repeated face: three shared vertices, left out
+    shared = (faces[:, None, :, None] == faces[None, :, None, :]).sum(axis=(2, 3))
+    i, j = np.nonzero(np.triu((shared >= 1) & (shared <= 2), 1))
+    assert adjacent_face_pairs(faces).tolist() == np.stack([i, j], 1).tolist()
+    assert adjacent_face_pairs(faces[:1]).shape == (0, 2)
+
+
+def test_adjacent_bounds_are_lower_bounds_and_exact_below_the_threshold(sheets):
+    problem, setup = sheets
+    x, h = problem.theta, problem.h
+    exact = np.sqrt(np.asarray(_all_distances(x, setup.faces, setup.adjacent)))
+    unknown = jnp.full(len(setup.adjacent), -jnp.inf, x.dtype)
+    at_x = np.asarray(_bounds(x, setup, unknown, x, 0.75 * h))
+    np.testing.assert_allclose(at_x, exact, rtol=1e-12)  # nothing known: all measured
+    y = _moved(x, 0.05 * h, 3)
+    exact = np.sqrt(np.asarray(_all_distances(y, setup.faces, setup.adjacent)))
+    at_y = np.asarray(_bounds(y, setup, jnp.asarray(at_x), x, 0.75 * h))
+    below = at_y < 0.75 * h
+    np.testing.assert_allclose(at_y[below], exact[below], rtol=1e-12)
+    assert np.all(at_y <= exact * (1 + 1e-12))
+    assert below.any() and (at_y[~below] < exact[~below] - 1e-3 * h).any()  # both kinds occur

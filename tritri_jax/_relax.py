@@ -11,11 +11,12 @@ stationary point (the interval energy $T$ used before jumps where a triangle lea
 plane, and its line search stalled there: docs/untangling.md). Each Newton step
 
 - builds one neighbour list, or keeps the last one while the step stays within its skin
-  (``advance``): the face pairs whose boxes, grown by $\\hat d/2$ + the skin, overlap. Every
-  pair that can be within $\\hat d$, or cross, anywhere along the capped step is in it, so the
-  line search evaluates the exact energy at its trial points without another broad phase. The
-  cap adapts (4 x the last step, within ``max_step * h`` / 16 and ``max_step * h``), so near the
-  minimum the list holds little more than the close pairs;
+  (``advance``): the face pairs whose boxes, grown by $\\hat d/2$ + the skin, overlap, and the
+  face pairs that share a vertex through lower bounds of their distances carried from list to
+  list (``adjacent_bounds``). Every pair that can be within $\\hat d$, or cross, anywhere along
+  the capped step is in it, so the line search evaluates the exact energy at its trial points
+  without another broad phase. The cap adapts (4 x the last step, within ``max_step * h`` / 16 and
+  ``max_step * h``), so near the minimum the list holds little more than the close pairs;
 - solves $H d = -g$ by CG preconditioned with a multigrid V-cycle of the constant elastic
   stiffness (``_multigrid``), $H$ = a PSD Gauss-Newton operator far from the minimum and the exact
   Hessian near it (``relax``), the barrier's part as dense blocks on the pairs closer than $\\hat d$;
@@ -30,6 +31,7 @@ plane, and its line search stalled there: docs/untangling.md). Each Newton step
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ._broad_phase import candidate_pairs, face_bounds, stream_compact
@@ -53,7 +55,8 @@ class RelaxSetup(eqx.Module):
 
     faces: Array
     edges: Array
-    capacity: int = eqx.field(static=True)  # neighbour-list slots
+    adjacent: Array  # (A, 2) the face pairs that share a vertex or an edge (``adjacent_face_pairs``)
+    capacity: int = eqx.field(static=True)  # neighbour-list slots (face pairs that share no vertex)
     active_capacity: int = eqx.field(static=True)  # pairs closer than dhat (barrier Hessian blocks)
     survivor_capacity: int = eqx.field(static=True)  # neighbours the crossing check examines closely
     bending: float
@@ -69,14 +72,17 @@ class Neighbours(eqx.Module):
     """A neighbour list and what is measured on it, valid while no vertex is farther than ``skin``
     from ``reference``, the point it was built at (see ``neighbours``).
 
-    - ``pairs``, ``num_pairs``: the rows the crossing check reads: every neighbour, or the nearby
-      ones (first rows) when they fit;
+    - ``pairs``, ``num_pairs``: the rows the crossing check reads: the nearby pairs (first rows)
+      when they fit, else every neighbour (then the adjacent pairs that can cross are added at
+      each point checked); ``capacity`` + A rows;
     - ``count``, ``overflowed``: the broad phase's true count (also past the buffer), and whether it
       was past it;
     - ``nearby``, ``num_nearby``: the pairs that can come within ``dhat`` during a step (unusable,
       and ``close_pairs`` falls back to all the neighbours, when more than fit);
     - ``origin``, ``close``, ``num_close``: the pairs closer than ``dhat`` at ``origin``, the last
-      point it was used at, where the gradient and the Hessian are taken next."""
+      point it was used at, where the gradient and the Hessian are taken next;
+    - ``bound``: for each face pair of ``setup.adjacent``, a lower bound of the distance between
+      its non-incident primitives at ``reference`` (exact where it matters, ``adjacent_bounds``)."""
 
     pairs: Array
     num_pairs: Array
@@ -89,6 +95,7 @@ class Neighbours(eqx.Module):
     origin: Array
     close: Array
     num_close: Array
+    bound: Array
 
 
 _NEARBY_ROWS = 16  # nearby-list rows per row of the close-pair buffer
@@ -101,46 +108,161 @@ def _nearby_rows(setup: RelaxSetup) -> int:
     return min(_NEARBY_ROWS * setup.active_capacity, setup.capacity)
 
 
+def adjacent_face_pairs(faces) -> np.ndarray:
+    """``(A, 2)`` int32, ``i < j``: the face pairs that share one vertex or two (an edge), each once
+    (eager, NumPy). Phase 2's broad phase skips them: their boxes always meet, and on the benchmark
+    meshes they were three quarters of the neighbours at small reach and most of every close-pair
+    search (docs/untangling.md, twelfth session)."""
+    faces = np.asarray(faces, np.int64)
+    if len(faces) < 2:
+        return np.zeros((0, 2), np.int32)
+    vertex, face = faces.ravel(), np.repeat(np.arange(len(faces)), 3)
+    order = np.argsort(vertex, kind="stable")
+    vertex, face = vertex[order], face[order]
+    found = []
+    for offset in range(1, len(vertex)):  # corners of one vertex are contiguous: offsets up to its degree
+        same = vertex[offset:] == vertex[:-offset]
+        if not same.any():
+            break
+        found.append(np.stack([face[:-offset][same], face[offset:][same]], 1))
+    if not found:
+        return np.zeros((0, 2), np.int32)
+    pairs = np.sort(np.concatenate(found), axis=1)
+    keys, shared = np.unique(pairs[:, 0] * len(faces) + pairs[:, 1], return_counts=True)
+    keys = keys[shared < 3]  # three shared vertices: a repeated face, no non-incident primitives
+    return np.stack([keys // len(faces), keys % len(faces)], 1).astype(np.int32)
+
+
+def _face_moves(x, reference, faces):
+    """How far each face's farthest corner is from where it was at ``reference``: no point of the
+    face moved farther (on the straight path between them too)."""
+    moved = jnp.sqrt(jnp.sum((x - reference) ** 2, axis=1))
+    return jnp.max(moved[faces], axis=1)
+
+
+def _distances(x, setup: RelaxSetup, rows):
+    """The distance between the non-incident primitives of each face pair of ``rows``."""
+    u, v = pair_triangles(x, setup.faces, rows)
+    return jnp.sqrt(jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows)))
+
+
+def adjacent_bounds(x, setup: RelaxSetup, bound, reference, below):
+    """Lower bounds at ``x`` of the distances of ``setup.adjacent``: the bounds at ``reference``
+    (``bound``; ``-inf`` where unknown) less how far the two faces have moved since (the distance
+    between a primitive of each can shrink by no more), with the pairs whose bound is below
+    ``below`` measured at ``x`` instead (so the bounds are exact there).
+
+    Their distances change slowly: on the pretzel, after one step capped at 0.25 h, 10 % of the
+    27k adjacent pairs had a bound below ``dhat`` (face moves), 81 % by the largest move alone."""
+    num = setup.adjacent.shape[0]
+    if num == 0:
+        return bound
+    moved = _face_moves(x, reference, setup.faces)
+    i, j = setup.adjacent[:, 0], setup.adjacent[:, 1]
+    bound = bound - moved[i] - moved[j]
+
+    def below_bound(slots):
+        return (slots < num) & (bound[jnp.minimum(slots, num - 1)] < below), slots
+
+    chunk = min(num, 1 << 14)
+    order, count = stream_compact(below_bound, num, chunk, jnp.full((num,), num, jnp.int32))
+    chunk = min(num, 1 << 10)
+
+    def measure(state):
+        start, bound = state
+        slots = start + jnp.arange(chunk, dtype=jnp.int32)
+        which = jnp.where(slots < count, order[jnp.minimum(slots, num - 1)], num)  # num: dropped
+        rows = setup.adjacent[jnp.minimum(which, num - 1)]
+        return start + chunk, bound.at[which].set(_distances(x, setup, rows), mode="drop")
+
+    _, bound = lax.while_loop(lambda s: s[0] < count, measure, (jnp.int32(0), bound))
+    return bound
+
+
+def _adjacent_below(x, setup: RelaxSetup, bound, reference, distance, into):
+    """Append to ``into`` (buffer, count) the adjacent pairs whose bound at ``reference``, less their
+    faces' moves since, is below ``distance``: every one that can be closer than it at ``x``."""
+    num = setup.adjacent.shape[0]
+    if num == 0:
+        return into
+    moved = _face_moves(x, reference, setup.faces)
+
+    def candidate(slots):
+        rows = setup.adjacent[jnp.minimum(slots, num - 1)]
+        gap = bound[jnp.minimum(slots, num - 1)] - moved[rows[:, 0]] - moved[rows[:, 1]]
+        return (slots < num) & (gap < distance), rows
+
+    return stream_compact(candidate, num, min(num, 1 << 14), *into)
+
+
 def _fits(nearby, num_nearby):
     """Whether all the nearby pairs are in their buffer (if not, they are unusable: close pairs are
     then searched for among all the neighbours, and the crossing check reads all of them)."""
     return num_nearby <= nearby.shape[0]
 
 
-def neighbours(x, setup: RelaxSetup, h, reach=None) -> Neighbours:
+def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None = None) -> Neighbours:
     """Face pairs that can come within ``dhat`` of each other, or cross, at any point no vertex of
     which is farther than ``reach`` from ``x`` (default: the largest step, ``max_step * h``).
 
     Also the pairs closer than ``dhat + 2 reach`` now: no point of a triangle moves farther than its
     corners, so only they can be closer than ``dhat`` anywhere within that reach. ``close_pairs`` at
     the line search's trial points then measures a few hundred pairs instead of every neighbour
-    (most of which are the mesh's own adjacent faces, whose boxes always meet): measured on the
-    figure-of-eight knot near the minimum, 26,088 neighbours, 314 nearby, 51 close. They are also
+    (measured on the figure-of-eight knot near the minimum, adjacent faces included: 26,088
+    neighbours, 314 nearby, 51 close). They are also
     all the pairs that can cross there (two triangles that cross at a point have no distance there;
     going there from ``x``, intersection-free, their nearest primitives first meet, each moving no
     farther than ``reach``), so the crossing check reads only them.
 
     And the pairs closer than ``dhat`` at ``x``, found once for the energy's gradient and the
-    Hessian there: at the full step cap (no nearby list) each search cost 19 ms on the pretzel."""
+    Hessian there: at the full step cap (no nearby list) each search cost 19 ms on the pretzel.
+
+    The broad phase skips the face pairs that share a vertex (``setup.adjacent``; their boxes
+    always meet, and the distances of all 27k of them took 9 ms on the pretzel). They enter through
+    lower bounds of their distances (``adjacent_bounds``), carried over from ``previous`` (a list
+    built before, or ``None``) and measured again only where they are below what is asked of them
+    here (``dhat + 2 reach``, or ``dhat`` without a nearby list)."""
     reach = setup.max_step * h if reach is None else reach
-    padding = 0.5 * setup.margin * h + reach
+    dhat = setup.margin * h
     x = lax.stop_gradient(x)
-    candidates = candidate_pairs(x, setup.faces, capacity=setup.capacity, include_shared_edges=True, padding=padding)
-    pairs, count = candidates.pairs, jnp.minimum(candidates.count, setup.capacity)
-    rows = _nearby_rows(setup)  # close_pairs reads the size back from the buffer
-    # beyond ``_NEARBY_REACH`` they are not measured, and ``close_pairs`` uses all the neighbours.
-    # The broad phase padded the boxes by as much, so only the distances can drop a neighbour here
-    nearby, num_nearby = lax.cond(
-        reach <= _NEARBY_REACH * h,
-        lambda: _within(x, setup, pairs, count, setup.margin * h + 2 * reach, rows),
-        lambda: (jnp.full((rows, 2), -1, jnp.int32), jnp.int32(rows + 1)),
+    candidates = candidate_pairs(
+        x, setup.faces, capacity=setup.capacity, skip_vertex_adjacent=True, padding=0.5 * dhat + reach
     )
-    close, num_close = _search_close(x, setup, pairs, count, nearby, num_nearby, setup.margin * h)
+    count = jnp.minimum(candidates.count, setup.capacity)
+    # room behind the neighbours for the adjacent pairs that can cross at a point checked (``crossing_check``)
+    pairs = jnp.concatenate([candidates.pairs, jnp.full(setup.adjacent.shape, -1, jnp.int32)])
+    measured = reach <= _NEARBY_REACH * h  # beyond, the nearby pairs do not fit: not measured
+    if previous is None:
+        bound, at = jnp.full(setup.adjacent.shape[:1], -jnp.inf, x.dtype), x
+    else:  # a list of all zeros (the loop's start) has no bounds
+        bound, at = jnp.where(previous.skin > 0, previous.bound, -jnp.inf), previous.reference
+    bound = adjacent_bounds(x, setup, bound, at, jnp.where(measured, dhat + 2 * reach, dhat))
+    rows = _nearby_rows(setup)  # close_pairs reads the size back from the buffer
+
+    def nearby_pairs():  # the broad phase padded the boxes by as much: only the distances can drop one
+        found = _within(x, setup, pairs, count, dhat + 2 * reach, rows)
+        return _adjacent_below(x, setup, bound, x, dhat + 2 * reach, found)  # exact at x below that
+
+    nearby, num_nearby = lax.cond(
+        measured, nearby_pairs, lambda: (jnp.full((rows, 2), -1, jnp.int32), jnp.int32(rows + 1))
+    )
+    close, num_close = _search_close(x, setup, pairs, count, nearby, num_nearby, dhat, bound, x)
     usable = _fits(nearby, num_nearby)
     checked = lax.dynamic_update_slice(pairs, jnp.where(usable, nearby, pairs[:rows]), (0, 0))
     num_checked = jnp.where(usable, num_nearby, count)
     return Neighbours(
-        checked, num_checked, candidates.count, candidates.overflowed, nearby, num_nearby, x, reach, x, close, num_close
+        checked,
+        num_checked,
+        candidates.count,
+        candidates.overflowed,
+        nearby,
+        num_nearby,
+        x,
+        reach,
+        x,
+        close,
+        num_close,
+        bound,
     )
 
 
@@ -167,7 +289,7 @@ def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None) -> Neig
         close, num_close = _within(x, setup, previous.nearby, previous.num_nearby, dhat, setup.active_capacity)
         return eqx.tree_at(lambda n: (n.origin, n.close, n.num_close), previous, (x, close, num_close))
 
-    return lax.cond(keep, kept, lambda: neighbours(x, setup, h, skin))
+    return lax.cond(keep, kept, lambda: neighbours(x, setup, h, skin, previous))
 
 
 def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
@@ -190,10 +312,10 @@ def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     return _within(x, setup, boxed, num_boxed, distance, capacity)
 
 
-def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
+def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int, into=None):
     """The first ``count`` rows of ``pairs`` whose non-incident primitives are closer than
     ``distance``, compacted into ``capacity`` rows, and their true count (1k-row chunks: few pairs
-    are close, and a 16k chunk of distances cost 15 ms)."""
+    are close, and a 16k chunk of distances cost 15 ms); or appended to ``into``, a (buffer, count)."""
     rows_in = pairs.shape[0]
 
     def within(slot):
@@ -202,17 +324,27 @@ def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
         close = jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows)) < distance**2
         return (slot < count) & close, rows
 
-    empty = jnp.full((capacity, 2), -1, jnp.int32)
-    return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), empty)
+    into = (jnp.full((capacity, 2), -1, jnp.int32), 0) if into is None else into
+    return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), *into)
 
 
-def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat):
-    """The first ``count`` rows of ``pairs`` (the neighbours) closer than ``dhat`` at ``x``: among
-    ``nearby`` when they all fit there, else among all the neighbours."""
+def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat, bound, reference):
+    """The pairs closer than ``dhat`` at ``x``: among ``nearby`` when they all fit there, else among
+    the first ``count`` rows of ``pairs`` (the neighbours) and the adjacent pairs that can be (their
+    ``bound`` at ``reference``)."""
+
+    def among_all():
+        found = _closer_than(x, setup, pairs, count, dhat, setup.active_capacity)
+        if setup.adjacent.shape[0] == 0:
+            return found
+        empty = jnp.full(setup.adjacent.shape, -1, jnp.int32)
+        adjacent, num_adjacent = _adjacent_below(x, setup, bound, reference, dhat, (empty, 0))
+        return _within(x, setup, adjacent, num_adjacent, dhat, setup.active_capacity, into=found)
+
     return lax.cond(
         _fits(nearby, num_nearby),
         lambda: _within(x, setup, nearby, num_nearby, dhat, setup.active_capacity),
-        lambda: _closer_than(x, setup, pairs, count, dhat, setup.active_capacity),
+        among_all,
     )
 
 
@@ -226,18 +358,37 @@ def close_pairs(x, setup: RelaxSetup, near: Neighbours, dhat):
     return lax.cond(
         jnp.all(x == near.origin),
         lambda: (near.close, near.num_close),
-        lambda: _search_close(x, setup, near.pairs, near.num_pairs, near.nearby, near.num_nearby, dhat),
+        lambda: _search_close(
+            x, setup, near.pairs, near.num_pairs, near.nearby, near.num_nearby, dhat, near.bound, near.reference
+        ),
+    )
+
+
+def checked_pairs(x, setup: RelaxSetup, near: Neighbours):
+    """The face pairs that can cross at ``x`` (a point within ``near``'s skin), as ``(rows, count)``:
+    the nearby pairs when they fit; else the neighbours and the adjacent pairs whose distance bound
+    no longer excludes a contact (within a millionth of the skin)."""
+    pairs, count = near.pairs, near.num_pairs
+    if setup.adjacent.shape[0] == 0:
+        return pairs, count
+    return lax.cond(
+        _fits(near.nearby, near.num_nearby),
+        lambda: (pairs, count),
+        lambda: _adjacent_below(
+            lax.stop_gradient(x), setup, near.bound, near.reference, 1e-6 * near.skin, (pairs, count)
+        ),
     )
 
 
 def crossing_check(x, setup: RelaxSetup, near: Neighbours):
-    """The float predicate on the neighbours that can cross at ``x`` (ambiguous pairs count as
-    crossing): the line search's admissibility test, also used to size its survivor buffer."""
+    """The float predicate on the pairs that can cross at ``x`` (``checked_pairs``; ambiguous pairs
+    count as crossing): the line search's admissibility test, also used to size its survivor buffer."""
+    pairs, count = checked_pairs(x, setup, near)
     return judge_pairs(
         x,
         setup.faces,
-        near.pairs,
-        near.num_pairs,
+        pairs,
+        count,
         survivor_capacity=setup.survivor_capacity,
         flagged_capacity=8,
         keep_ambiguous=False,

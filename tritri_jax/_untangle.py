@@ -57,7 +57,7 @@ from ._mesh_energy import (
 )
 from ._multigrid import multigrid
 from ._newton import newton_cg
-from ._relax import RelaxSetup, adjoint_jit, close_count_jit, relax_jit
+from ._relax import RelaxSetup, adjacent_face_pairs, adjoint_jit, close_count_jit, relax_jit
 from ._types import Array, Bool, Float, Int
 
 
@@ -448,6 +448,7 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
         setup = RelaxSetup(
             faces=problem.faces,
             edges=problem.edges,
+            adjacent=jnp.asarray(adjacent_face_pairs(np.asarray(problem.faces))),
             capacity=_bucket(64 * num_faces),  # 30-72 neighbours per face on the benchmark meshes
             active_capacity=_bucket(num_faces // 8),
             survivor_capacity=_bucket(4 * num_faces),
