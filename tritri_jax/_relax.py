@@ -312,10 +312,10 @@ def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     return _within(x, setup, boxed, num_boxed, distance, capacity)
 
 
-def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int, into=None):
+def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     """The first ``count`` rows of ``pairs`` whose non-incident primitives are closer than
     ``distance``, compacted into ``capacity`` rows, and their true count (1k-row chunks: few pairs
-    are close, and a 16k chunk of distances cost 15 ms); or appended to ``into``, a (buffer, count)."""
+    are close, and a 16k chunk of distances cost 15 ms)."""
     rows_in = pairs.shape[0]
 
     def within(slot):
@@ -324,8 +324,8 @@ def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int, into=No
         close = jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows)) < distance**2
         return (slot < count) & close, rows
 
-    into = (jnp.full((capacity, 2), -1, jnp.int32), 0) if into is None else into
-    return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), *into)
+    empty = jnp.full((capacity, 2), -1, jnp.int32)
+    return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), empty)
 
 
 def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat, bound, reference):
@@ -333,13 +333,9 @@ def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat, 
     the first ``count`` rows of ``pairs`` (the neighbours) and the adjacent pairs that can be (their
     ``bound`` at ``reference``)."""
 
-    def among_all():
-        found = _closer_than(x, setup, pairs, count, dhat, setup.active_capacity)
-        if setup.adjacent.shape[0] == 0:
-            return found
-        empty = jnp.full(setup.adjacent.shape, -1, jnp.int32)
-        adjacent, num_adjacent = _adjacent_below(x, setup, bound, reference, dhat, (empty, 0))
-        return _within(x, setup, adjacent, num_adjacent, dhat, setup.active_capacity, into=found)
+    def among_all():  # the adjacent pairs go behind the neighbours, in the room left for them
+        rows, num_rows = _adjacent_below(x, setup, bound, reference, dhat, (pairs, count))
+        return _closer_than(x, setup, rows, num_rows, dhat, setup.active_capacity)
 
     return lax.cond(
         _fits(nearby, num_nearby),
