@@ -229,7 +229,8 @@ def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None 
         x, setup.faces, capacity=setup.capacity, skip_vertex_adjacent=True, padding=0.5 * dhat + reach
     )
     count = jnp.minimum(candidates.count, setup.capacity)
-    # room behind the neighbours for the adjacent pairs that can cross at a point checked (``crossing_check``)
+    # room behind the neighbours for the adjacent pairs that can be close or cross at a trial point
+    # (``_search_close``, ``checked_pairs``)
     pairs = jnp.concatenate([candidates.pairs, jnp.full(setup.adjacent.shape, -1, jnp.int32)])
     measured = reach <= _NEARBY_REACH * h  # beyond, the nearby pairs do not fit: not measured
     if previous is None:
