@@ -140,26 +140,32 @@ def _face_moves(x, reference, faces):
     return jnp.max(moved[faces], axis=1)
 
 
-def _distances(x, setup: RelaxSetup, rows):
-    """The distance between the non-incident primitives of each face pair of ``rows``."""
+def _distances_sq(x, setup: RelaxSetup, rows):
+    """The squared distance between the non-incident primitives of each face pair of ``rows``."""
     u, v = pair_triangles(x, setup.faces, rows)
-    return jnp.sqrt(jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows)))
+    return jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows))
+
+
+def _adjacent_gaps(x, setup: RelaxSetup, bound, reference):
+    """Lower bounds at ``x`` of the distances of ``setup.adjacent``, from ``bound`` at ``reference``:
+    less how far the two faces have moved since (the distance between a primitive of each can
+    shrink by no more)."""
+    moved = _face_moves(x, reference, setup.faces)
+    return bound - moved[setup.adjacent[:, 0]] - moved[setup.adjacent[:, 1]]
 
 
 def adjacent_bounds(x, setup: RelaxSetup, bound, reference, below):
     """Lower bounds at ``x`` of the distances of ``setup.adjacent``: the bounds at ``reference``
-    (``bound``; ``-inf`` where unknown) less how far the two faces have moved since (the distance
-    between a primitive of each can shrink by no more), with the pairs whose bound is below
-    ``below`` measured at ``x`` instead (so the bounds are exact there).
+    (``bound``; ``-inf`` where unknown) less how far the two faces have moved since
+    (``_adjacent_gaps``), with the pairs whose bound is below ``below`` measured at ``x`` instead
+    (so the bounds are exact there).
 
     Their distances change slowly: on the pretzel, after one step capped at 0.25 h, 10 % of the
     27k adjacent pairs had a bound below ``dhat`` (face moves), 81 % by the largest move alone."""
     num = setup.adjacent.shape[0]
     if num == 0:
         return bound
-    moved = _face_moves(x, reference, setup.faces)
-    i, j = setup.adjacent[:, 0], setup.adjacent[:, 1]
-    bound = bound - moved[i] - moved[j]
+    bound = _adjacent_gaps(x, setup, bound, reference)
 
     def below_bound(slots):
         return (slots < num) & (bound[jnp.minimum(slots, num - 1)] < below), slots
@@ -173,7 +179,7 @@ def adjacent_bounds(x, setup: RelaxSetup, bound, reference, below):
         slots = start + jnp.arange(chunk, dtype=jnp.int32)
         which = jnp.where(slots < count, order[jnp.minimum(slots, num - 1)], num)  # num: dropped
         rows = setup.adjacent[jnp.minimum(which, num - 1)]
-        return start + chunk, bound.at[which].set(_distances(x, setup, rows), mode="drop")
+        return start + chunk, bound.at[which].set(jnp.sqrt(_distances_sq(x, setup, rows)), mode="drop")
 
     _, bound = lax.while_loop(lambda s: s[0] < count, measure, (jnp.int32(0), bound))
     return bound
@@ -185,12 +191,11 @@ def _adjacent_below(x, setup: RelaxSetup, bound, reference, distance, into):
     num = setup.adjacent.shape[0]
     if num == 0:
         return into
-    moved = _face_moves(x, reference, setup.faces)
+    gap = _adjacent_gaps(x, setup, bound, reference)
 
     def candidate(slots):
-        rows = setup.adjacent[jnp.minimum(slots, num - 1)]
-        gap = bound[jnp.minimum(slots, num - 1)] - moved[rows[:, 0]] - moved[rows[:, 1]]
-        return (slots < num) & (gap < distance), rows
+        slot = jnp.minimum(slots, num - 1)
+        return (slots < num) & (gap[slot] < distance), setup.adjacent[slot]
 
     return stream_compact(candidate, num, min(num, 1 << 14), *into)
 
@@ -321,9 +326,7 @@ def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
 
     def within(slot):
         rows = pairs[jnp.minimum(slot, rows_in - 1)]
-        u, v = pair_triangles(x, setup.faces, rows)
-        close = jax.vmap(pair_distance_sq)(u, v, shared_vertices(setup.faces, rows)) < distance**2
-        return (slot < count) & close, rows
+        return (slot < count) & (_distances_sq(x, setup, rows) < distance**2), rows
 
     empty = jnp.full((capacity, 2), -1, jnp.int32)
     return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), empty)
@@ -366,8 +369,6 @@ def checked_pairs(x, setup: RelaxSetup, near: Neighbours):
     the nearby pairs when they fit; else the neighbours and the adjacent pairs whose distance bound
     no longer excludes a contact (within a millionth of the skin)."""
     pairs, count = near.pairs, near.num_pairs
-    if setup.adjacent.shape[0] == 0:
-        return pairs, count
     return lax.cond(
         _fits(near.nearby, near.num_nearby),
         lambda: (pairs, count),
