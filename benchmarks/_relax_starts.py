@@ -15,7 +15,8 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-from tritri_jax._untangle import UntangleOptions, _normalise, _run_phase1, _run_relax  # noqa: E402
+from tritri_jax._phase1 import run_phase1  # noqa: E402
+from tritri_jax._untangle import UntangleOptions, _normalise, _run_relax  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tests.meshes import load_obj_triangulated  # noqa: E402
@@ -29,7 +30,7 @@ def phase1_starts(name, settings: UntangleOptions, count: int):
     1e-9 h (random, seeded). Phase 1 is not timed."""
     vertices, faces = load_obj_triangulated(os.path.join(ROOT, f"{name}.obj"))
     problem = _normalise(np.asarray(vertices, np.float64), np.asarray(faces), jnp.float64)
-    x1, remaining, _, _ = _run_phase1(problem, settings, None)
+    x1, remaining, _, _ = run_phase1(problem, settings, None)
     assert len(remaining) == 0, f"{name}: phase 1 left {len(remaining)} pairs"
     x1 = np.asarray(x1)
     moved = [x1 + 1e-9 * problem.h * np.random.default_rng(seed).normal(size=x1.shape) for seed in range(1, count)]

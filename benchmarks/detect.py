@@ -18,7 +18,8 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import tritri_jax as tt  # noqa: E402
-from tritri_jax._mesh_energy import _candidates_jit, _default_capacity  # noqa: E402
+from tritri_jax._detect import candidates_jit  # noqa: E402
+from tritri_jax._sizes import default_capacity  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tests.meshes import load_obj_triangulated  # noqa: E402
@@ -93,11 +94,11 @@ for name, vertices, faces in meshes:
     pairs = tt.find_intersections(vertices, faces)
     first = time.perf_counter() - start
     ours, pairs = best(lambda vertices=vertices, faces=faces: tt.find_intersections(vertices, faces))
-    capacity = _default_capacity(len(faces))
+    capacity = default_capacity(len(faces))
     v, f = jax.numpy.asarray(vertices), jax.numpy.asarray(faces)
 
     def broad(v=v, f=f, capacity=capacity):
-        return jax.block_until_ready(_candidates_jit(v, f, capacity=capacity, include_shared_edges=True))
+        return jax.block_until_ready(candidates_jit(v, f, capacity=capacity, include_shared_edges=True))
 
     broad()
     broad_s, candidates = best(broad)

@@ -1,5 +1,5 @@
 """Phase 2 (relax) on the ISIR meshes with the barrier's Hessian blocks built from the distinct
-primitive pairs within dhat (``_mesh_energy._live_blocks``), against the blocks it replaced:
+primitive pairs within dhat (``_barrier._live_blocks``), against the blocks it replaced:
 differentiating all 15 primitive pairs of every close face pair at once, in the same run.
 
 Run: python benchmarks/relax_barrier_blocks.py [--starts 3] [--only NAME ...]
@@ -20,9 +20,11 @@ from jax import lax
 
 from tests.test_distance import pair_gauss_newton_reference as pair_gauss_newton  # the block of all 15 at once
 from tritri_jax import _relax
+from tritri_jax._barrier import BlockSystem, shared_vertices
 from tritri_jax._distance import pair_barrier
-from tritri_jax._mesh_energy import BlockSystem, pair_triangles, shared_vertices
-from tritri_jax._untangle import UntangleOptions, relax_jit
+from tritri_jax._mesh_energy import pair_triangles
+from tritri_jax._relax import relax_jit
+from tritri_jax._untangle import UntangleOptions
 
 
 def pair_hessian(u, v, same, dhat_sq):

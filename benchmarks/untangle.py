@@ -22,7 +22,7 @@ import optax
 jax.config.update("jax_enable_x64", True)
 
 import tritri_jax as tt  # noqa: E402
-from tritri_jax._untangle import _Capacities, _crossing_pairs, _length_gradient  # noqa: E402
+from tritri_jax._phase1 import Capacities, crossing_pairs, length_gradient  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tests.meshes import load_obj_triangulated  # noqa: E402
@@ -43,12 +43,12 @@ def adam_baseline(vertices, faces, steps):
 
     @functools.partial(jax.jit, static_argnames="capacities")
     def step(x, opt_state, capacities):
-        pairs, crossing, overflowed = _crossing_pairs(x, f, capacities)
-        _, g = _length_gradient(x, f, pairs, crossing)
+        pairs, crossing, overflowed = crossing_pairs(x, f, capacities)
+        _, g = length_gradient(x, f, pairs, crossing)
         updates, opt_state = optimizer.update(g, opt_state)
         return optax.apply_updates(x, updates), opt_state, jnp.where(overflowed, -1, jnp.sum(crossing))
 
-    capacities = _Capacities.for_faces(len(faces))
+    capacities = Capacities.for_faces(len(faces))
     opt_state = optimizer.init(x)
     best = (None, np.inf)
     k = 0

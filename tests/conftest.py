@@ -23,7 +23,7 @@ import pathlib  # noqa: E402
 import pytest  # noqa: E402
 
 import tritri_jax as tt  # noqa: E402
-from tritri_jax._untangle import memory_mappings  # noqa: E402
+from tritri_jax._memory import memory_mappings  # noqa: E402
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "isir-misc"
 

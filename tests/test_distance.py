@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.optimize import lsq_linear, nnls
 
 from tritri_jax import _distance as dist
-from tritri_jax._mesh_energy import (
+from tritri_jax._barrier import (
     _primitive_gauss_newton,
     _primitive_hessian,
     barrier_blocks,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tritri_jax as tt
-from tritri_jax._mesh_energy import _candidates_for, pair_mask
+from tritri_jax._mesh_energy import candidates_for, pair_mask
 
 from .meshes import libigl_pairs, load_obj_triangulated
 
@@ -92,7 +92,7 @@ def test_length_measure_and_margin(spheres):
 
 def test_hessian_vector_product_matches_jvp_and_is_psd(spheres):
     vertices, faces = spheres
-    candidates = _candidates_for(vertices, faces, None, False, None)
+    candidates = candidates_for(vertices, faces, None, False, None)
     mask = pair_mask(candidates)
     system = jax.jit(tt.pair_system)(vertices, faces, candidates.pairs, mask)
     np.testing.assert_allclose(

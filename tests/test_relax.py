@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import tritri_jax as tt
+from tritri_jax._barrier import shared_vertices
 from tritri_jax._distance import pair_distance_sq
-from tritri_jax._mesh_energy import pair_triangles, shared_vertices
-from tritri_jax._relax import (
+from tritri_jax._mesh_energy import pair_triangles
+from tritri_jax._neighbours import (
     _NEARBY_REACH,
     adjacent_bounds,
     adjacent_face_pairs,

@@ -131,14 +131,14 @@ def test_paper_route_runs_and_reports_honestly():
 def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkeypatch):
     """Each compile of untangle maps thousands of regions; a process untangling many mesh sizes
     must drop the library's compiled code before Linux's cap aborts it, and only then."""
-    from tritri_jax import _mesh_energy, _untangle
+    from tritri_jax import _detect, _memory
 
     vertices, faces = tt.scenes.two_spheres(4)
-    compiled = _mesh_energy._candidates_jit
+    compiled = _detect.candidates_jit
     compiled(vertices, faces, capacity=1024)
     assert compiled._cache_size() >= 1
-    _untangle._release_if_crowded()  # far below the cap: nothing happens
+    _memory.release_if_crowded()  # far below the cap: nothing happens
     assert compiled._cache_size() >= 1
-    monkeypatch.setattr(_untangle, "_MAPPING_SHARE", 0.0)  # as if the process were at the cap
-    _untangle._release_if_crowded()
+    monkeypatch.setattr(_memory, "_MAPPING_SHARE", 0.0)  # as if the process were at the cap
+    _memory.release_if_crowded()
     assert compiled._cache_size() == 0

@@ -1,12 +1,22 @@
 """tritri_jax: differentiable triangle-triangle intersection energy and mesh untangling in JAX.
 
-Layers, bottom to top (each module imports only those above it in this list):
-``_kernels`` (one pair) -> ``_broad_phase`` (spatial hash) -> ``_mesh_energy`` (sum over pairs).
+Layers, bottom to top (each module imports only modules before it in this list):
+
+1. one pair: ``_safe``, ``_vec3``, ``_kernels`` (interval, predicate, energy, Hessians), ``_distance``
+   (primitive distances, IPC's barrier), ``_exact`` (integer orientation predicates);
+2. broad phase: ``_sizes`` (the shape ladder), ``_broad_phase`` (spatial hash grid);
+3. over a mesh: ``_mesh_energy`` (checks, gather / scatter, energies), ``_detect`` (the detection
+   pipeline), ``_barrier`` (the barrier over near pairs), ``_elastic`` (springs, bending, pull);
+4. solvers: ``_newton``, ``_multigrid``; ``_phase1`` (untangle: descent on the curve length),
+   ``_neighbours`` and ``_relax`` (relax: Newton on elastic + barrier), ``_paper_route``;
+5. the operator: ``_memory``, ``_untangle`` (``untangle`` and its implicit VJP);
+6. the user's edges: ``scenes``, ``io``, ``viz``, ``cli``.
 """
 
 from . import scenes as scenes
 from ._broad_phase import CandidatePairs as CandidatePairs
 from ._broad_phase import candidate_pairs as candidate_pairs
+from ._detect import find_intersections as find_intersections
 from ._kernels import GaussNewtonFactor as GaussNewtonFactor
 from ._kernels import Interval as Interval
 from ._kernels import crossing_length as crossing_length
@@ -16,7 +26,6 @@ from ._kernels import interval as interval
 from ._kernels import pair_energy as pair_energy
 from ._kernels import pair_energy_grad_hessian as pair_energy_grad_hessian
 from ._mesh_energy import PairSystem as PairSystem
-from ._mesh_energy import find_intersections as find_intersections
 from ._mesh_energy import hessian_vector_product as hessian_vector_product
 from ._mesh_energy import intersection_energy as intersection_energy
 from ._mesh_energy import pair_system as pair_system

@@ -1,29 +1,9 @@
-"""Layer 4/5: ``untangle``: phase 1 (smoothed descent on the intersection-curve length), phase 2
-(``_relax``), the implicit VJP, and the paper's route for comparison.
-
-Phase 1 recipe (DESIGN.md §1, "What did reach zero"): on a mesh scaled to unit bounding-box
-diagonal, with ``h`` its mean edge length, each step
-
-1. re-detects the crossing pairs (broad phase, plane-side early-out and float predicate, inside
-   ``jit``, each stage on the previous one's survivors only);
-2. takes the gradient ``g`` of the summed crossing-segment length $\\sum \\ell$ on the crossing
-   pairs (it vanishes continuously as a crossing shrinks or a poke retracts, and does not fade);
-3. smooths it in the metric of the mesh Laplacian, $d = -(I + \\lambda L)^{-2} g$, two matrix-free
-   CG solves ("large steps", Nicolet et al. 2021);
-4. scales the step so the largest vertex move is ``step_fraction * h`` (no line search);
-5. halves $\\lambda$ (down to ``min_smoothing``) when ``patience`` steps set no new minimum of the
-   crossing count, and keeps the best state seen;
-6. if ``max_steps`` pass without reaching zero, starts over from the input with half the step
-   (``restarts`` times): measured, a fixed 0.2 h step left the three-twist knot oscillating around
-   50 pairs for 400 steps, while 0.1 h untangled it in 30 (docs/untangling.md).
-
-It stops when the float predicate finds no crossing pair; the eager wrapper then certifies the
-result with the exact detection of ``find_intersections`` and resumes if that disagrees.
-"""
+"""Layer 5: ``untangle``: phase 1 (``_phase1``), phase 2 (``_relax``), both certified by the exact
+detection, and the implicit VJP at phase 2's stationary point; ``method="paper"`` runs the paper's
+route (``_paper_route``) instead of phase 1."""
 
 import dataclasses
 import functools
-import gc
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -31,33 +11,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
-from jax.scipy.sparse.linalg import cg
 
-from ._broad_phase import candidate_pairs
-from ._elastic import (
-    elastic_energy,
-    elastic_gauss_newton,
-    elastic_pattern,
-    laplacian_matrix,
-    rest_shape,
-    stiffness_matrix,
-    unique_edges,
-)
-from ._mesh_energy import (
-    _bucket,
-    check_mesh,
-    detect_on_device,
-    detection_jits,
-    find_intersections,
-    hessian_vector_product,
-    pair_mask,
-    pair_system,
-    pairs_energy,
-)
-from ._multigrid import Ell, ell, multigrid
-from ._newton import newton_cg
-from ._relax import RelaxSetup, adjacent_face_pairs, adjoint_jit, close_count_jit, relax_jit
+from ._detect import find_intersections
+from ._elastic import elastic_pattern, stiffness_matrix, unique_edges
+from ._memory import release_if_crowded
+from ._mesh_energy import check_mesh
+from ._multigrid import multigrid
+from ._neighbours import RelaxSetup, adjacent_face_pairs
+from ._paper_route import paper_route_jit
+from ._phase1 import Capacities, run_phase1
+from ._relax import adjoint_jit, close_count_jit, relax_jit
+from ._sizes import bucket
 from ._types import Array, Bool, Float, Int
 
 
@@ -141,151 +105,6 @@ class UntangleResult(NamedTuple):
 
 
 _STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
-
-
-class _Capacities(NamedTuple):
-    """Static buffer sizes of the detection inside phase 1 (grown by the eager wrapper)."""
-
-    candidates: int
-    survivors: int
-    flagged: int
-
-    @staticmethod
-    def for_faces(num_faces, candidates=None):
-        return _Capacities(candidates or _bucket(16 * num_faces), _bucket(2 * num_faces), _bucket(num_faces // 4))
-
-    def doubled(self):
-        return _Capacities(*(2 * c for c in self))
-
-
-def _crossing_pairs(x, faces, capacities: _Capacities):
-    """The pairs the float predicate calls crossing (``pairs``, ``crossing`` mask) and an overflow flag."""
-    found = detect_on_device(
-        x,
-        faces,
-        capacity=capacities.candidates,
-        survivor_capacity=capacities.survivors,
-        flagged_capacity=capacities.flagged,
-        include_shared_edges=False,
-    )
-    crossing = found.crossing & found.mask()
-    return found.pairs, crossing, found.overflowed(capacities.candidates, capacities.survivors)
-
-
-def _length_gradient(x, faces, pairs, crossing):
-    """The intersection-curve length $\\sum \\ell$ over the crossing pairs, and its gradient."""
-    return jax.value_and_grad(pairs_energy)(x, faces, pairs, crossing, measure="length")
-
-
-class _State(NamedTuple):
-    x: Array
-    best_x: Array
-    best_count: Array
-    count: Array
-    smoothing: Array
-    stall: Array
-    step: Array
-    history: Array
-    lengths: Array
-    overflowed: Array
-
-
-def _phase1(
-    x0, faces, laplace: Ell, h, state, step_fraction, step_limit, *, capacities, min_smoothing, patience, cg_iters
-):
-    """Phase-1 steps from ``state`` until no float crossing, ``step_limit`` steps, or an overflow.
-
-    ``laplace``: the mesh's uniform Laplacian as an ELLPACK matrix, one gather per slot (up to 100
-    products per step, in the two smoothing solves). As two scatters over the edges
-    (``_elastic.laplacian``), phase 1 took 0.45 s on the pretzel, against 0.29 s now, in the same
-    20 steps."""
-
-    def smooth(g, lam):
-        def op(y):
-            return y + lam * laplace(y)
-
-        y, _ = cg(op, g, x0=g, maxiter=cg_iters)
-        y, _ = cg(op, y, x0=y, maxiter=cg_iters)
-        return y
-
-    def cond(s):
-        return (s.step < step_limit) & (s.count != 0) & ~s.overflowed
-
-    def body(s):
-        pairs, crossing, overflowed = _crossing_pairs(s.x, faces, capacities)
-        count = jnp.sum(crossing).astype(jnp.int32)
-        improved = count < s.best_count
-        best_x = jnp.where(improved, s.x, s.best_x)
-        best_count = jnp.minimum(count, s.best_count)
-        stall = jnp.where(improved, 0, s.stall + 1)
-        lam = jnp.where(stall >= patience, jnp.maximum(s.smoothing / 2, min_smoothing), s.smoothing)
-        stall = jnp.where(stall >= patience, 0, stall)
-        length, g = _length_gradient(s.x, faces, pairs, crossing)
-        d = -smooth(g, lam)
-        largest = jnp.max(jnp.sqrt(jnp.sum(d * d, axis=1)))
-        d = d * jnp.where(largest > 0, step_fraction * h / jnp.where(largest > 0, largest, 1), 0)
-        moving = (count > 0) & ~overflowed
-        return _State(
-            x=jnp.where(moving, s.x + d, s.x),
-            best_x=best_x,
-            best_count=best_count,
-            count=count,
-            smoothing=lam,
-            stall=stall,
-            step=s.step + moving.astype(jnp.int32),
-            history=s.history.at[s.step].set(count, mode="drop"),
-            lengths=s.lengths.at[s.step].set(length, mode="drop"),
-            overflowed=overflowed,
-        )
-
-    return lax.while_loop(cond, body, state)
-
-
-_phase1_jit = jax.jit(_phase1, static_argnames=("capacities", "min_smoothing", "patience", "cg_iters"))
-
-
-def _paper_route(theta, setup: RelaxSetup, capacities, kappa, *, rounds: int, iters: int, growth: float, cg_iters: int):
-    """The paper's route: Newton on elastic + kappa * sum T, Gauss-Newton pair blocks, CG, a line
-    search that scores trial points with the pairs detected there, kappa continuation. No step is
-    rejected for creating crossings (the paper has no such rule); the step is capped at 0.5 h."""
-    rest = rest_shape(theta, setup.edges)
-
-    def near(y):
-        candidates = candidate_pairs(lax.stop_gradient(y), setup.faces, capacity=capacities.candidates)
-        return candidates.pairs, pair_mask(candidates)
-
-    def one_round(carry, _):
-        x, kappa = carry
-
-        def energy(y):
-            elastic = elastic_energy(y, rest, bending=setup.bending, pull=setup.pull)
-            return elastic + kappa * pairs_energy(y, setup.faces, *near(y)) / rest.h**4
-
-        def gauss_newton(y):
-            elastic = elastic_gauss_newton(y, rest, bending=setup.bending, pull=setup.pull)
-            system = pair_system(y, setup.faces, *near(y))
-            return lambda v: elastic(v) + kappa / rest.h**4 * hessian_vector_product(system, v)
-
-        result = newton_cg(
-            energy,
-            x,
-            hessian=gauss_newton,
-            max_iters=iters,
-            cg_iters=cg_iters,
-            max_step=0.5 * rest.h,
-            tol=1e-10 / rest.h,
-            damping=1e-10,
-        )
-        pairs, crossing, _ = _crossing_pairs(result.x, setup.faces, capacities)
-        length = pairs_energy(result.x, setup.faces, pairs, crossing, measure="length")
-        count = jnp.sum(crossing).astype(jnp.int32)
-        return (result.x, kappa * growth), (count, length, result.iterations, result.cg_iterations)
-
-    (x, _), (history, lengths, newton, cg_total) = lax.scan(one_round, (theta, kappa), None, length=rounds)
-    return x, (history, lengths), jnp.sum(newton), jnp.sum(cg_total)
-
-
-_paper_route_jit = jax.jit(_paper_route, static_argnames=("capacities", "rounds", "iters", "cg_iters"))
 
 
 def untangle(
@@ -381,64 +200,6 @@ def _normalise(v64, f_np, dtype):
     return _Problem(jnp.asarray(scaled, dtype), jnp.asarray(f_np, jnp.int32), edges, edges_np, h, centre, diagonal)
 
 
-def _run_phase1(problem: _Problem, settings: UntangleOptions, progress):
-    """Phase 1 with restarts; returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths))``."""
-    dtype = problem.theta.dtype
-    capacities = _Capacities.for_faces(problem.faces.shape[0], settings.capacity)
-    laplace = ell(laplacian_matrix(problem.edges_np, problem.theta.shape[0]), dtype)
-    histories, lengths, total_steps, fraction = [], [], 0, settings.step_fraction
-    chunk = 10 if progress else settings.max_steps
-    for _ in range(settings.restarts + 1):
-        state = _State(
-            x=problem.theta,
-            best_x=problem.theta,
-            best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
-            count=jnp.int32(-1),
-            smoothing=jnp.asarray(settings.smoothing, dtype),
-            stall=jnp.int32(0),
-            step=jnp.int32(0),
-            history=jnp.full((settings.max_steps,), -1, jnp.int32),
-            lengths=jnp.zeros((settings.max_steps,), dtype),
-            overflowed=jnp.bool_(False),
-        )
-        while True:
-            limit = min(int(state.step) + chunk, settings.max_steps)
-            state = _phase1_jit(
-                problem.theta,
-                problem.faces,
-                laplace,
-                problem.h,
-                state,
-                jnp.asarray(fraction, dtype),
-                jnp.int32(limit),
-                capacities=capacities,
-                min_smoothing=settings.min_smoothing,
-                patience=settings.patience,
-                cg_iters=settings.cg_iters,
-            )
-            if bool(state.overflowed):
-                capacities = capacities.doubled()
-                state = state._replace(overflowed=jnp.bool_(False))
-                continue
-            if progress:
-                progress("untangle", total_steps + int(state.step), int(state.count))
-            if int(state.count) != 0 and int(state.step) < settings.max_steps:
-                continue
-            x1 = state.x if int(state.count) == 0 else state.best_x
-            remaining = find_intersections(x1, problem.faces)
-            if len(remaining) and int(state.count) == 0 and int(state.step) < settings.max_steps:
-                state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
-                continue
-            break
-        total_steps += int(state.step)
-        histories.append(np.asarray(state.history[: int(state.step)]))
-        lengths.append(np.asarray(state.lengths[: int(state.step)]))
-        if len(remaining) == 0:
-            break
-        fraction /= 2  # start over from the input with shorter steps
-    return x1, remaining, total_steps, (np.concatenate(histories), np.concatenate(lengths))
-
-
 def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
     """Size phase 2's buffers from the neighbours at ``x1`` (growing until nothing overflows there,
     with room for the neighbours to grow by half, the close pairs to quadruple and the crossing
@@ -450,9 +211,9 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
             faces=problem.faces,
             edges=problem.edges,
             adjacent=jnp.asarray(adjacent_face_pairs(np.asarray(problem.faces))),
-            capacity=_bucket(64 * num_faces),  # sized again below (the pretzel: 10 per face at 0.25 h)
-            active_capacity=_bucket(num_faces // 8),
-            survivor_capacity=_bucket(4 * num_faces),
+            capacity=bucket(64 * num_faces),  # sized again below (the pretzel: 10 per face at 0.25 h)
+            active_capacity=bucket(num_faces // 8),
+            survivor_capacity=bucket(4 * num_faces),
             bending=settings.bending,
             pull=settings.pull,
             margin=settings.margin,
@@ -467,14 +228,14 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
     while True:
         close, survivors, count, overflowed = close_count_jit(x1, problem.theta, setup)
         if bool(overflowed):
-            setup = dataclasses.replace(setup, capacity=max(2 * setup.capacity, _bucket(3 * int(count) // 2 + 1)))
+            setup = dataclasses.replace(setup, capacity=max(2 * setup.capacity, bucket(3 * int(count) // 2 + 1)))
             continue
         if 3 * int(count) > 2 * setup.capacity:
-            setup = dataclasses.replace(setup, capacity=_bucket(3 * int(count) // 2 + 1))
+            setup = dataclasses.replace(setup, capacity=bucket(3 * int(count) // 2 + 1))
         if 4 * int(close) > setup.active_capacity:
-            setup = dataclasses.replace(setup, active_capacity=_bucket(4 * int(close)))
+            setup = dataclasses.replace(setup, active_capacity=bucket(4 * int(close)))
         if 2 * int(survivors) > setup.survivor_capacity:  # a full one rejects every trial point
-            setup = dataclasses.replace(setup, survivor_capacity=_bucket(2 * int(survivors)))
+            setup = dataclasses.replace(setup, survivor_capacity=bucket(2 * int(survivors)))
         return setup
 
 
@@ -501,38 +262,8 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1, setup=None):
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
-def memory_mappings():
-    """``(mappings this process holds, Linux's cap on them)``, or ``None`` where they cannot be read
-    (not Linux)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            used = sum(1 for _ in maps)
-        with open("/proc/sys/vm/max_map_count") as cap:
-            return used, int(cap.read())
-    except (OSError, ValueError):
-        return None
-
-
-_MAPPING_SHARE = 0.6  # of Linux's per-process cap, past which ``_release_if_crowded`` drops compiled code
-
-
-def _release_if_crowded():
-    """Drop this library's compiled functions when the process nears Linux's cap on memory mappings.
-
-    Each compile of ``untangle`` for a new mesh size maps ~4,700 regions (XLA's CPU executables;
-    two-spheres scenes, measured from ``/proc/self/maps``), the cap is ``vm.max_map_count``
-    (65,530 by default), and past it XLA aborts the process: the test suite did, ~120 tests in. Past
-    60 % of the cap the compiled ``untangle`` and detection functions are cleared (the next call of
-    a size compiles again); the caller's own compiled functions are left alone."""
-    mappings = memory_mappings()
-    if mappings is not None and mappings[0] > _MAPPING_SHARE * mappings[1]:
-        for compiled in (_phase1_jit, _paper_route_jit, relax_jit, close_count_jit, adjoint_jit, *detection_jits):
-            compiled.clear_cache()
-        gc.collect()
-
-
 def _solve(v_np, f_np, settings: UntangleOptions, progress):
-    _release_if_crowded()
+    release_if_crowded()
     start = time.perf_counter()
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
@@ -542,8 +273,8 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
         history = (np.zeros(0, np.int32), np.zeros(0))
     elif settings.method == "paper":
         setup = _relax_setup(problem, settings, problem.theta)
-        capacities = _Capacities.for_faces(len(f_np), settings.capacity)
-        x1, rounds, newton_steps, _ = _paper_route_jit(
+        capacities = Capacities.for_faces(len(f_np), settings.capacity)
+        x1, rounds, newton_steps, _ = paper_route_jit(
             problem.theta,
             setup,
             capacities,
@@ -556,7 +287,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
         remaining, steps = find_intersections(x1, problem.faces), int(newton_steps)
         history = tuple(np.asarray(r) for r in rounds)
     else:
-        x1, remaining, steps, history = _run_phase1(problem, settings, progress)
+        x1, remaining, steps, history = run_phase1(problem, settings, progress)
     final, backward = x1, None
     relax_stats = (0, 0, float("nan"), float("nan"))
     if settings.relax and len(remaining) == 0 and len(f_np) > 1:

@@ -1,0 +1,208 @@
+"""Layer 3: the detection pipeline: broad phase, plane-side early-out and float kernel inside ``jit``
+(each stage streamed over the previous one's survivors), then exact settling of the few pairs within
+rounding distance of flipping, on the host (``_exact``)."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _exact
+from ._broad_phase import candidate_pairs, stream_compact
+from ._kernels import certainly_apart, classify
+from ._mesh_energy import check_mesh, pair_triangles
+from ._sizes import bucket, default_capacity
+from ._types import Array, Faces, Int, Vertices
+
+candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
+
+
+class Detection(NamedTuple):
+    """What the device part of detection found (fixed shapes; for the solver and ``detect``).
+
+    ``pairs`` ``(flagged_capacity, 2)``: the candidate pairs that the float kernel calls crossing or
+    ambiguous (within rounding distance of flipping), with both verdicts in ``crossing`` and
+    ``ambiguous``; rows past ``num_flagged`` are padding. The three counts are true counts even past
+    their buffers, so a caller can tell which buffer to grow.
+    """
+
+    pairs: Int[Array, "K 2"]
+    crossing: Array
+    ambiguous: Array
+    num_flagged: Int[Array, ""]
+    num_candidates: Int[Array, ""]
+    num_survivors: Int[Array, ""]
+
+    def mask(self):
+        """Which rows of ``pairs`` hold a pair."""
+        return jnp.arange(self.pairs.shape[0]) < jnp.minimum(self.num_flagged, self.pairs.shape[0])
+
+    def overflowed(self, capacity, survivor_capacity):
+        return (
+            (self.num_candidates > capacity)
+            | (self.num_survivors > survivor_capacity)
+            | (self.num_flagged > self.pairs.shape[0])
+        )
+
+
+def detect_on_device(
+    vertices,
+    faces,
+    *,
+    capacity: int,
+    survivor_capacity: int,
+    flagged_capacity: int,
+    cell_size=None,
+    skip_vertex_adjacent: bool = False,
+    include_shared_edges: bool = True,
+) -> Detection:
+    """Broad phase, plane-side early-out and float kernel, all inside ``jit``, each stage streamed over
+    the previous stage's actual count (not its capacity), so that the kernels run on the few pairs
+    that need them."""
+    candidates = candidate_pairs(
+        vertices,
+        faces,
+        capacity=capacity,
+        cell_size=cell_size,
+        skip_vertex_adjacent=skip_vertex_adjacent,
+        include_shared_edges=include_shared_edges,
+    )
+    return judge_pairs(
+        vertices,
+        faces,
+        candidates.pairs,
+        candidates.count,
+        survivor_capacity=survivor_capacity,
+        flagged_capacity=flagged_capacity,
+    )
+
+
+def judge_pairs(
+    vertices, faces, pairs, count, *, survivor_capacity: int, flagged_capacity: int, keep_ambiguous: bool = True
+) -> Detection:
+    """The early-out and float kernel of ``detect_on_device`` on a given pair list (its first ``count``
+    rows). With ``keep_ambiguous=False`` only crossing pairs are kept, so ``num_flagged`` counts them."""
+    capacity = pairs.shape[0]
+    num_candidates = jnp.minimum(count, capacity)
+    chunk = min(1 << 15, bucket(faces.shape[0]), bucket(capacity))
+
+    corners = vertices[faces]  # (F, 3, 3), gathered once: per pair, two row reads instead of six
+
+    def survive(slot):
+        rows = pairs[jnp.minimum(slot, capacity - 1)]
+        u, v = corners[jnp.maximum(rows[:, 0], 0)], corners[jnp.maximum(rows[:, 1], 0)]
+        return (slot < num_candidates) & ~jax.vmap(certainly_apart)(u, v), rows
+
+    empty = jnp.full((survivor_capacity, 2), -1, jnp.int32)
+    survivors, num_survivors = stream_compact(survive, num_candidates, chunk, empty)
+    stored = jnp.minimum(num_survivors, survivor_capacity)
+
+    def judge(slot):
+        rows = survivors[jnp.minimum(slot, survivor_capacity - 1)]
+        u, v = pair_triangles(vertices, faces, rows)
+        crossing, ambiguous = jax.vmap(classify)(u, v)
+        keep = (crossing | ambiguous) if keep_ambiguous else crossing
+        return (slot < stored) & keep, (rows, crossing, ambiguous)
+
+    flagged = (
+        jnp.full((flagged_capacity, 2), -1, jnp.int32),
+        jnp.zeros(flagged_capacity, bool),
+        jnp.zeros(flagged_capacity, bool),
+    )
+    (rows, crossing, ambiguous), num_flagged = stream_compact(judge, stored, chunk, flagged)
+    return Detection(rows, crossing, ambiguous, num_flagged, count, num_survivors)
+
+
+_detect_on_device_jit = jax.jit(
+    detect_on_device,
+    static_argnames=(
+        "capacity",
+        "survivor_capacity",
+        "flagged_capacity",
+        "skip_vertex_adjacent",
+        "include_shared_edges",
+    ),
+)
+detection_jits = (candidates_jit, _detect_on_device_jit)  # what ``untangle`` clears when crowded
+
+
+def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):
+    """Eager detection: the device pipeline of ``detect_on_device`` with capacities grown on overflow,
+    then exact settling of the ambiguous pairs on the host.
+
+    Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
+    """
+    num_faces = faces.shape[0]
+    capacity = capacity or default_capacity(num_faces)
+    survivor_capacity = bucket(2 * num_faces)
+    flagged_capacity = bucket(num_faces // 4)
+    while True:
+        found = _detect_on_device_jit(
+            vertices,
+            faces,
+            capacity=capacity,
+            survivor_capacity=survivor_capacity,
+            flagged_capacity=flagged_capacity,
+            cell_size=cell_size,
+            skip_vertex_adjacent=skip_vertex_adjacent,
+        )
+        if int(found.num_candidates) > capacity:
+            capacity = bucket(int(found.num_candidates))
+        elif int(found.num_survivors) > survivor_capacity:
+            survivor_capacity = bucket(int(found.num_survivors))
+        elif int(found.num_flagged) > flagged_capacity:
+            flagged_capacity = bucket(int(found.num_flagged))
+        else:
+            break
+    n = int(found.num_flagged)
+    pairs, crossing, ambiguous = (
+        np.asarray(found.pairs[:n]),
+        np.array(found.crossing[:n]),
+        np.asarray(found.ambiguous[:n]),
+    )
+    if ambiguous.any():
+        v, f = np.asarray(vertices, np.float64), np.asarray(faces)
+        for k in np.flatnonzero(ambiguous):
+            i, j = pairs[k]
+            crossing[k] = _exact.decide(v[f[i]], v[f[j]], f[i], f[j])
+    return pairs[crossing].astype(np.int64), capacity
+
+
+def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent: bool = False, cell_size=None):
+    """All crossing face pairs of a mesh, as a sorted ``(K, 2)`` numpy array of ``(i, j)``, ``i < j``.
+
+    The float kernels decide every candidate pair inside ``jit`` and flag those within rounding
+    distance of touching; those few are settled on the host in exact rational arithmetic, so the
+    answer is exact for the input's binary values and agrees with libigl's
+    ``predicates::find_self_intersections``:
+
+    - pairs sharing no vertex are reported when the closed triangles meet (touching counts: a mesh
+      whose faces only touch is not intersection-free);
+    - pairs sharing one vertex are reported when one folds through the other (that vertex lies
+      exactly on both planes; meeting only at it is not an intersection);
+    - pairs sharing an edge are reported only when folded flat onto each other (coplanar overlap);
+    - zero-area faces never intersect anything.
+
+    The broad-phase capacity is chosen and grown automatically.
+
+    **Arguments:**
+
+    - ``vertices`` ``(V, 3)`` float, ``faces`` ``(F, 3)`` int (numpy or JAX arrays).
+    - ``skip_vertex_adjacent``: skip every pair that shares a vertex, as the paper does.
+    - ``cell_size``: broad-phase grid cell size (default: derived from the faces' extents).
+
+    ```python
+    >>> import tritri_jax as tt
+    >>> vertices, faces = tt.scenes.two_spheres(8)
+    >>> pairs = tt.find_intersections(vertices, faces)
+    >>> pairs.shape[1], bool((pairs[:, 0] < pairs[:, 1]).all())
+    (2, True)
+
+    ```
+    """
+    vertices, faces = check_mesh(vertices, faces)
+    if faces.shape[0] < 2:
+        return np.zeros((0, 2), np.int64)
+    pairs, _ = detect(vertices, faces, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent)
+    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
