@@ -2,7 +2,12 @@
 
 Every function takes a resolution ``n`` and returns ``(vertices, faces)`` as numpy arrays
 (``float64`` of shape ``(V, 3)``, ``int32`` of shape ``(F, 3)``); pass them to ``jnp.asarray`` with
-the dtype you work in. The meshes are deterministic (the crumpled sheet takes a ``seed``).
+the dtype you work in. The meshes are deterministic (the random ones take a ``seed``).
+
+Besides the four built-in scenes (``SCENES``) there are clean closed surfaces (``sphere``, ``torus``,
+``capsule``, ``knot_tube``, ``graded_torus``), ways to make them intersect (``overlapping_copies``,
+``bend``, ``poke``, ``scatter_copies``) and the stress families built from them (``stress_case``:
+one family at about a given face count, drawn from a seed), which `benchmarks/stress.py` runs.
 
 ```python
 >>> from tritri_jax import scenes
@@ -90,6 +95,207 @@ def crumpled_sheet(n: int = 32, amplitude: float = 0.35, seed: int = 0):
         wave = np.sin(frequency[0] * s + phase[0]) * np.sin(frequency[1] * t + phase[1])
         points = points + amplitude * wave[..., None] * direction / 2
     return points.reshape(-1, 3), _grid_faces(n, n)
+
+
+def torus(n: int = 16, major: float = 1.0, minor: float = 0.4):
+    """A torus around the ``z`` axis, ``3n`` cells around the loop and ``n`` around the tube: closed, clean."""
+    return graded_torus(n, major, minor, grading=1.0)
+
+
+def graded_torus(n: int = 16, major: float = 1.0, minor: float = 0.4, grading: float = 1000.0):
+    """A torus whose cells along the loop grow geometrically, the largest ``grading`` times the smallest
+    (both ways from one point), so that the mesh holds long slivers beside a fine patch: a clean but
+    uneven (CAD-like) surface."""
+    cells = 3 * n
+    half = np.arange(cells // 2 + 1) / max(cells // 2, 1)
+    widths = grading ** np.concatenate([half[: cells // 2], half[cells // 2 : 0 : -1]][:cells])[:cells]
+    widths = np.resize(widths, cells)
+    u = 2 * np.pi * np.concatenate([[0.0], np.cumsum(widths)[:-1]]) / widths.sum()
+    v = 2 * np.pi * np.arange(n) / n
+    uu, vv = np.meshgrid(u, v, indexing="ij")
+    r = major + minor * np.cos(vv)
+    vertices = np.stack([r * np.cos(uu), r * np.sin(uu), minor * np.sin(vv)], -1).reshape(-1, 3)
+    return vertices, _grid_faces(cells, n, wrap_cols=True, wrap_rows=True)
+
+
+def capsule(n: int = 16, radius: float = 0.3, length: float = 2.0):
+    """A cylinder of ``radius`` along ``z`` with hemispherical caps, ``length`` from cap to cap, its rings
+    spaced evenly by arc length (``2n`` vertices each): a thin closed part (a leg, a handle) when
+    ``radius`` is small."""
+    straight = max(length - 2 * radius, 0.0)
+    total = np.pi * radius + straight
+    cols = 2 * n
+    rings = max(int(round(total / (2 * np.pi * radius / cols))), 4)
+    s = total * np.arange(1, rings) / rings  # arc length from the bottom pole, poles excluded
+    cap = np.pi * radius / 2
+    lower, upper = s < cap, s > cap + straight
+    polar = np.where(lower, s / radius, np.where(upper, (s - straight) / radius, np.pi / 2))
+    ring_radius = radius * np.sin(polar)
+    z = np.where(lower, -straight / 2 - radius * np.cos(polar), 0.0)
+    z = np.where(upper, straight / 2 - radius * np.cos(polar), z)
+    z = np.where(~lower & ~upper, s - cap - straight / 2, z)
+    phi = 2 * np.pi * np.arange(cols) / cols
+    ring = np.stack(
+        [ring_radius[:, None] * np.cos(phi), ring_radius[:, None] * np.sin(phi), np.repeat(z[:, None], cols, 1)], -1
+    ).reshape(-1, 3)
+    vertices = np.concatenate([[[0, 0, -length / 2]], ring, [[0, 0, length / 2]]])
+    body = _grid_faces(rings - 1, cols, wrap_cols=True) + 1
+    k = np.arange(cols)
+    bottom = np.stack([np.zeros(cols, int), 1 + k, 1 + (k + 1) % cols], 1)
+    last, top_vertex = 1 + (rings - 2) * cols, len(vertices) - 1
+    top = np.stack([np.full(cols, top_vertex), last + (k + 1) % cols, last + k], 1)
+    return vertices, np.concatenate([bottom, body, top]).astype(np.int32)
+
+
+def knot_tube(n: int = 16, p: int = 2, q: int = 3, tube: float = 0.12):
+    """A tube of radius ``tube`` around the ``(p, q)`` torus knot on a torus of radii 1 and 0.4
+    (``(2, 3)``: the trefoil), ``8 n`` rings of ``n`` vertices: closed and, for a thin tube, clean."""
+    t = 2 * np.pi * np.arange(8 * n) / (8 * n)
+    radial = np.stack([np.cos(q * t) * np.cos(p * t), np.cos(q * t) * np.sin(p * t), np.sin(q * t)], -1)
+    centre = np.stack([np.cos(p * t), np.sin(p * t), np.zeros_like(t)], -1) + 0.4 * radial
+    tangent = np.roll(centre, -1, 0) - np.roll(centre, 1, 0)
+    tangent /= np.linalg.norm(tangent, axis=1, keepdims=True)
+    normal = radial - np.sum(radial * tangent, 1, keepdims=True) * tangent
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    binormal = np.cross(tangent, normal)
+    angle = 2 * np.pi * np.arange(n) / n
+    ring = np.cos(angle)[None, :, None] * normal[:, None] + np.sin(angle)[None, :, None] * binormal[:, None]
+    vertices = (centre[:, None] + tube * ring).reshape(-1, 3)
+    return vertices, _grid_faces(8 * n, n, wrap_cols=True, wrap_rows=True)
+
+
+def _rotation(rng):
+    q = rng.normal(size=4)
+    w, x, y, z = q / np.linalg.norm(q)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def overlapping_copies(vertices, faces, depth: float = 0.3, seed: int = 0):
+    """Two copies of a closed mesh, the second turned at random and moved so that the two overlap by
+    ``depth`` of their extent along the move (``depth`` 0.05-0.5: shallow to deep): one mesh, two
+    components."""
+    rng = np.random.default_rng(seed)
+    centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
+    turned = centred @ _rotation(rng).T
+    direction = rng.normal(size=3)
+    direction /= np.linalg.norm(direction)
+    extent = 0.5 * (np.ptp(centred @ direction) + np.ptp(turned @ direction))
+    moved = turned + (1 - depth) * extent * direction
+    return np.concatenate([centred, moved]), np.concatenate([faces, faces + len(vertices)]).astype(np.int32)
+
+
+def bend(vertices, angle: float = 2.5, radius: float = 0.1, start: float = 0.0):
+    """Bend a mesh along ``z`` around an axis parallel to ``y`` through ``(-radius, 0, start)``: the part
+    above ``start`` turns by up to ``angle`` on an arc of ``radius``. A bend tighter than the part's
+    thickness folds the inner side through itself, and past ``pi / 2`` the upper part comes down onto
+    the lower one (a deep fold)."""
+    x, y, z = vertices.T
+    arc = max(angle * radius, 1e-12)
+    s = np.clip(z - start, 0, arc)
+    phi = s / radius if radius > 0 else np.zeros_like(s)
+    beyond = np.maximum(z - start - arc, 0)
+    distance = x + radius  # from the bend axis
+    bx = -radius + distance * np.cos(phi) - beyond * np.sin(phi)
+    bz = start + distance * np.sin(phi) + beyond * np.cos(phi)
+    below = z <= start
+    return np.stack([np.where(below, x, bx), y, np.where(below, z, bz)], -1)
+
+
+def poke(vertices, faces, depth: float = 2.0, width: float = 0.4, seed: int = 0):
+    """Push a smooth bump into a closed mesh at a random vertex, along its inward normal, ``depth`` times
+    the mesh's thickness there, a Gaussian ``width`` times that thickness wide: past a depth of about
+    1.2 the bump passes through the opposite wall."""
+    rng = np.random.default_rng(seed)
+    corners = vertices[faces]
+    face_normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+    normals = np.zeros_like(vertices)
+    np.add.at(normals, faces.reshape(-1), np.repeat(face_normals, 3, axis=0))
+    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
+    if np.einsum("ij,ij->", corners[:, 0], face_normals) < 0:  # faces wound inwards: the volume is negative
+        normals = -normals
+    centre = int(rng.integers(len(vertices)))
+    inward = -normals[centre]
+    along = (vertices - vertices[centre]) @ inward
+    across = np.linalg.norm(vertices - vertices[centre] - along[:, None] * inward, axis=1)
+    diagonal = np.linalg.norm(np.ptp(vertices, axis=0))
+    facing = normals @ inward > 0.5  # the opposite wall faces away from the poked point
+    opposite = (across < 0.05 * diagonal) & (along > 1e-9 * diagonal) & facing
+    thickness = along[opposite].min() if opposite.any() else 0.2 * diagonal
+    sigma = width * thickness
+    wall = np.exp(-0.5 * (np.linalg.norm(vertices - vertices[centre], axis=1) / sigma) ** 2)
+    return vertices + (depth * thickness) * wall[:, None] * inward
+
+
+def scatter_copies(vertices, faces, count: int = 4, spread: float = 1.2, seed: int = 0):
+    """``count`` copies of a mesh, each turned at random and placed at random in a box ``spread`` times
+    the mesh's extent, so that several overlap: one mesh with ``count`` components."""
+    rng = np.random.default_rng(seed)
+    centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
+    extent = np.ptp(centred, axis=0).max()
+    parts = [centred @ _rotation(rng).T + rng.uniform(-0.5, 0.5, 3) * spread * extent for _ in range(count)]
+    all_faces = [faces + k * len(vertices) for k in range(count)]
+    return np.concatenate(parts), np.concatenate(all_faces).astype(np.int32)
+
+
+def _resolution(faces_per_n_sq: float, target_faces: int) -> int:
+    return max(4, int(round(np.sqrt(target_faces / faces_per_n_sq))))
+
+
+def stress_case(family: str, target_faces: int, seed: int = 0):
+    """One stress case: a mesh of the family ``family`` (one of ``STRESS_FAMILIES``) with about
+    ``target_faces`` faces, its shape parameters drawn from ``seed``. Returns ``(vertices, faces)``.
+    The base surface of some families changes with the seed (``overlap``: ``seed % 3``, ``sheet``:
+    ``seed % 2``, ``components``: ``seed % 4``); cases that share it have the same connectivity.
+
+    - ``overlap``: two copies of a sphere, a torus or a trefoil tube (by seed), overlapping by 5-50 %;
+    - ``fold``: a capsule bent by 1.5-3 rad on an arc tighter than its radius (a deep fold);
+    - ``uneven``: two overlapping copies of a torus whose edge lengths span 1000x (slivers, fans);
+    - ``poke``: a thin torus (a handle) with a bump pushed through its opposite wall;
+    - ``sheet``: a crumpled square sheet with boundaries, or a sheet rolled through itself;
+    - ``components``: 3-6 spheres and capsules scattered so that they overlap.
+    """
+    rng = np.random.default_rng(seed)
+    if family == "overlap":
+        kind = seed % 3
+        if kind == 0:
+            base = sphere(_resolution(4, target_faces / 2))
+        elif kind == 1:
+            base = torus(_resolution(6, target_faces / 2))
+        else:
+            base = knot_tube(_resolution(16, target_faces / 2))
+        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=seed)
+    if family == "fold":
+        radius = 0.3
+        v, f = capsule(_resolution(14, target_faces), radius=radius, length=3.0)
+        angle, tight = rng.uniform(1.5, 3.0), rng.uniform(0.2, 0.6) * radius
+        return bend(v, angle=angle, radius=tight, start=rng.uniform(-0.5, 0.2)), f
+    if family == "uneven":
+        base = graded_torus(_resolution(12, target_faces), grading=1000.0)
+        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=seed)
+    if family == "poke":
+        v, f = torus(_resolution(6, target_faces), minor=rng.uniform(0.15, 0.3))
+        return poke(v, f, depth=rng.uniform(1.4, 2.0), width=rng.uniform(0.3, 0.6), seed=seed), f
+    if family == "sheet":
+        if seed % 2 == 0:
+            return crumpled_sheet(_resolution(2, target_faces), amplitude=rng.uniform(0.25, 0.45), seed=seed)
+        n = _resolution(4, target_faces)
+        return folded_sheet(n, wrap=rng.uniform(1.1, 1.4))
+    if family == "components":
+        count = 3 + seed % 4
+        per = target_faces / count
+        base = sphere(_resolution(4, per)) if seed % 2 == 0 else capsule(_resolution(7.8, per), radius=0.4)
+        return scatter_copies(*base, count=count, spread=1.5, seed=seed)
+    raise ValueError(f"unknown stress family {family!r}; expected one of {STRESS_FAMILIES}")
+
+
+STRESS_FAMILIES = ("overlap", "fold", "uneven", "poke", "sheet", "components")
+"""The families of ``stress_case``."""
 
 
 SCENES = {

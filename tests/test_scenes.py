@@ -1,0 +1,64 @@
+"""The scene generators: clean bases are intersection-free, the stress families intersect, sizes and
+seeds behave as documented (libigl's exact predicates are the reference)."""
+
+import numpy as np
+import pytest
+
+from tritri_jax import scenes
+
+from .meshes import libigl_pairs
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: scenes.sphere(10),
+        lambda: scenes.torus(10),
+        lambda: scenes.graded_torus(10),
+        lambda: scenes.capsule(10),
+        lambda: scenes.knot_tube(10),
+    ],
+)
+def test_clean_bases_are_closed_and_intersection_free(make):
+    vertices, faces = make()
+    assert np.all(np.isfinite(vertices)) and faces.dtype == np.int32
+    edges = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    _, counts = np.unique(edges, axis=0, return_counts=True)
+    assert np.all(counts == 2)  # closed and manifold: every edge has two faces
+    assert len(libigl_pairs(vertices, faces)) == 0
+
+
+def test_graded_torus_spans_its_grading():
+    vertices, faces = scenes.graded_torus(12, grading=1000.0)
+    edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+    lengths = np.linalg.norm(vertices[edges[:, 0]] - vertices[edges[:, 1]], axis=1)
+    assert lengths.max() / lengths.min() > 500
+
+
+@pytest.mark.parametrize("family", scenes.STRESS_FAMILIES)
+def test_stress_cases_are_reproducible_sized_and_intersecting(family):
+    for seed in range(3):
+        vertices, faces = scenes.stress_case(family, 1500, seed)
+        again, same_faces = scenes.stress_case(family, 1500, seed)
+        np.testing.assert_array_equal(vertices, again)
+        np.testing.assert_array_equal(faces, same_faces)
+        assert 0.7 * 1500 < len(faces) < 1.4 * 1500
+        assert np.all(np.isfinite(vertices))
+        assert faces.min() >= 0 and faces.max() < len(vertices)
+    vertices, faces = scenes.stress_case(family, 1500, 0)
+    assert len(libigl_pairs(vertices, faces)) > 0  # seed 0 of every family needs untangling
+
+
+def test_deformations_do_not_modify_their_input():
+    vertices, faces = scenes.capsule(8)
+    before = vertices.copy()
+    scenes.bend(vertices, angle=2.5, radius=0.1)
+    scenes.poke(vertices, faces, seed=1)
+    scenes.overlapping_copies(vertices, faces, seed=2)
+    scenes.scatter_copies(vertices, faces, seed=3)
+    np.testing.assert_array_equal(vertices, before)
+
+
+def test_unknown_family_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown stress family"):
+        scenes.stress_case("spaghetti", 1000)
