@@ -61,22 +61,26 @@ def face_bounds(vertices: Vertices, faces: Faces):
     return tri.min(axis=1), tri.max(axis=1)
 
 
-def default_cell_size(lo, hi):
+def default_cell_size(lo, hi, num_faces=None):
     """Cell size used when none is given.
 
     The larger of twice the median face extent and the 17th-largest face extent (extent: the
     largest side of a face's AABB). So at most 16 faces are "big" (tested against every face), and
     a mesh of similar-sized faces gets cells about twice the size of a face. Meshes that mix a
     large share of big and small faces are better served by an explicit ``cell_size``.
+    ``num_faces`` (may be traced): only the first that many rows are faces, the rest padding.
     """
     extent = jnp.abs(jnp.max(hi - lo, axis=1))
     n = extent.shape[0]
+    if num_faces is not None:  # padding sorts last and is never indexed
+        extent = jnp.where(jnp.arange(n) < num_faces, extent, jnp.finfo(extent.dtype).max)
+        n = jnp.asarray(num_faces, jnp.int32)
     # Non-negative floats order as their bit patterns, and XLA's CPU sort is several times faster
     # on integers than on floats.
     as_int = jnp.int64 if extent.dtype == jnp.float64 else jnp.int32
     ordered = lax.bitcast_convert_type(jnp.sort(lax.bitcast_convert_type(extent, as_int)), extent.dtype)
     median = ordered[n // 2]
-    kth = ordered[max(n - 1 - _MAX_BIG_FACES, 0)]
+    kth = ordered[jnp.maximum(n - 1 - _MAX_BIG_FACES, 0)]
     size = jnp.maximum(2 * median, kth)
     # Never below a 2^-20 fraction of the mesh, so cell coordinates stay small integers.
     span = jnp.max(hi.max(axis=0) - lo.min(axis=0))
@@ -102,6 +106,7 @@ def candidate_pairs(
     skip_vertex_adjacent: bool = False,
     include_shared_edges: bool = False,
     padding=0.0,
+    num_faces=None,
 ) -> CandidatePairs:
     """Face pairs whose AABBs overlap and which share no edge: a superset of the crossing pairs.
 
@@ -121,6 +126,8 @@ def candidate_pairs(
       flat onto each other, which the coplanar test detects).
     - ``padding``: grow every box by this length on each side first, so that the pairs closer than
       ``2 * padding`` are candidates too (a neighbour list for distance-based energies).
+    - ``num_faces`` (may be traced): only the first ``num_faces`` rows of ``faces`` are faces; the
+      rest is shape padding that no pair involves and that changes nothing else (default: all).
 
     **Returns:** [`CandidatePairs`][tritri_jax.CandidatePairs].
 
@@ -135,14 +142,16 @@ def candidate_pairs(
     ```
     """
     faces = faces.astype(jnp.int32)
-    num_faces = faces.shape[0]
+    rows = faces.shape[0]
     empty = CandidatePairs(jnp.full((capacity, 2), -1, jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), bool))
-    if num_faces < 2:
+    if rows < 2:
         return empty
+    real = jnp.ones(rows, bool) if num_faces is None else jnp.arange(rows) < num_faces
     lo, hi = face_bounds(vertices, faces)
-    lo, hi = lo - padding, hi + padding
+    # Padding rows take face 0's box: they move no bound, axis or scale, and are never inserted.
+    lo, hi = (jnp.where(real[:, None], x, x[:1]) for x in (lo - padding, hi + padding))
     if cell_size is None:
-        cell_size = default_cell_size(lo, hi)
+        cell_size = default_cell_size(lo, hi, num_faces)
     origin = lo.min(axis=0)
     # Sweep along the mesh's longest axis; the grid is on the other two ("across").
     axes = (jnp.argmax(hi.max(axis=0) - origin) + jnp.arange(3)) % 3
@@ -150,7 +159,7 @@ def candidate_pairs(
     limit = jnp.iinfo(jnp.int32).max // 4
     cell_lo = jnp.clip(jnp.floor((lo[:, axes[1:]] - origin[axes[1:]]) / cell_size), 0, limit).astype(jnp.int32)
     cell_hi = jnp.clip(jnp.floor((hi[:, axes[1:]] - origin[axes[1:]]) / cell_size), 0, limit).astype(jnp.int32)
-    big = jnp.any(cell_hi - cell_lo > 1, axis=1)
+    big = jnp.any(cell_hi - cell_lo > 1, axis=1) & real
 
     # 1. Faces in sweep order; reach[f]: how many faces start (along the sweep axis) before f ends.
     # Positions are quantised to 2^30 steps (integer sorts are several times faster than float
@@ -167,7 +176,7 @@ def candidate_pairs(
     # each column's entries stay in sweep order.
     offsets = jnp.array([[0, 0], [1, 0], [0, 1], [1, 1]], jnp.int32)
     cells = cell_lo[by_start][:, None, :] + offsets[None]  # (F, 4, 2)
-    used = jnp.all(cells <= cell_hi[by_start][:, None, :], axis=-1) & ~big[by_start][:, None]
+    used = jnp.all(cells <= cell_hi[by_start][:, None, :], axis=-1) & (real & ~big)[by_start][:, None]
     keys, entry = _sort_keys(jnp.where(used, _hash(cells), _EMPTY).reshape(-1))
     entry_face = by_start[entry // 4]
     entry_slot = entry % 4
@@ -206,12 +215,12 @@ def candidate_pairs(
 
     def emit_big(b, k):
         # A big face against every face; two big faces meet once (from the lower index).
-        ok = (~big[k] | (k > b)) & (b != k) & boxes_meet(b, k, (0, 1, 2)) & topology_ok(b, k)
+        ok = real[k] & (~big[k] | (k > b)) & (b != k) & boxes_meet(b, k, (0, 1, 2)) & topology_ok(b, k)
         return ok, jnp.stack([jnp.minimum(b, k), jnp.maximum(b, k)], axis=1)
 
-    chunk = min(_CHUNK, max(1024, 8 * num_faces))
+    chunk = min(_CHUNK, max(1024, 8 * rows))
     pairs, count = stream_expand(emit_grid, per_entry, chunk, empty.pairs)
-    pairs, count = stream_expand(emit_big, jnp.where(big, num_faces, 0).astype(jnp.int32), chunk, pairs, count)
+    pairs, count = stream_expand(emit_big, jnp.where(big, rows, 0).astype(jnp.int32), chunk, pairs, count)
     return CandidatePairs(pairs=pairs, count=count, overflowed=count > capacity)
 
 

@@ -12,7 +12,7 @@ from . import _exact
 from ._broad_phase import candidate_pairs, stream_compact
 from ._kernels import certainly_apart, classify
 from ._mesh_energy import check_mesh, pair_triangles
-from ._sizes import bucket, default_capacity
+from ._sizes import bucket, default_capacity, pad_mesh
 from ._types import Array, Faces, Int, Vertices
 
 candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
@@ -56,10 +56,11 @@ def detect_on_device(
     cell_size=None,
     skip_vertex_adjacent: bool = False,
     include_shared_edges: bool = True,
+    num_faces=None,
 ) -> Detection:
     """Broad phase, plane-side early-out and float kernel, all inside ``jit``, each stage streamed over
     the previous stage's actual count (not its capacity), so that the kernels run on the few pairs
-    that need them."""
+    that need them. ``num_faces``: as in ``candidate_pairs`` (the rows past it are shape padding)."""
     candidates = candidate_pairs(
         vertices,
         faces,
@@ -67,6 +68,7 @@ def detect_on_device(
         cell_size=cell_size,
         skip_vertex_adjacent=skip_vertex_adjacent,
         include_shared_edges=include_shared_edges,
+        num_faces=num_faces,
     )
     return judge_pairs(
         vertices,
@@ -127,16 +129,19 @@ _detect_on_device_jit = jax.jit(
 detection_jits = (candidates_jit, _detect_on_device_jit)  # what ``untangle`` clears when crowded
 
 
-def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False):
+def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False, num_faces=None):
     """Eager detection: the device pipeline of ``detect_on_device`` with capacities grown on overflow,
-    then exact settling of the ambiguous pairs on the host.
+    then exact settling of the ambiguous pairs on the host. With ``num_faces`` the rows of ``faces``
+    past it are shape padding (``_sizes.pad_mesh``), and the capacities follow the padded shape so
+    that every mesh of one bucket shares them.
 
     Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
     """
-    num_faces = faces.shape[0]
-    capacity = capacity or default_capacity(num_faces)
-    survivor_capacity = bucket(2 * num_faces)
-    flagged_capacity = bucket(num_faces // 4)
+    rows = faces.shape[0]
+    num_faces = rows if num_faces is None else num_faces
+    capacity = capacity or default_capacity(rows)
+    survivor_capacity = bucket(2 * rows)
+    flagged_capacity = bucket(rows // 4)
     while True:
         found = _detect_on_device_jit(
             vertices,
@@ -146,6 +151,7 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
             flagged_capacity=flagged_capacity,
             cell_size=cell_size,
             skip_vertex_adjacent=skip_vertex_adjacent,
+            num_faces=None if num_faces == rows else jnp.int32(num_faces),
         )
         if int(found.num_candidates) > capacity:
             capacity = bucket(int(found.num_candidates))
@@ -184,7 +190,9 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     - pairs sharing an edge are reported only when folded flat onto each other (coplanar overlap);
     - zero-area faces never intersect anything.
 
-    The broad-phase capacity is chosen and grown automatically.
+    The broad-phase capacity is chosen and grown automatically. The mesh is padded to a ladder of
+    shapes (``2^k x 1, 1.25, 1.5, 1.75``) with inert rows, so meshes of nearby sizes share one
+    compiled executable.
 
     **Arguments:**
 
@@ -204,5 +212,7 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     vertices, faces = check_mesh(vertices, faces)
     if faces.shape[0] < 2:
         return np.zeros((0, 2), np.int64)
-    pairs, _ = detect(vertices, faces, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent)
+    num_faces = faces.shape[0]
+    padded = pad_mesh(vertices, faces)
+    pairs, _ = detect(*padded, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent, num_faces=num_faces)
     return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
