@@ -151,7 +151,7 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
             flagged_capacity=flagged_capacity,
             cell_size=cell_size,
             skip_vertex_adjacent=skip_vertex_adjacent,
-            num_faces=None if num_faces == rows else jnp.int32(num_faces),
+            num_faces=np.int32(num_faces),
         )
         if int(found.num_candidates) > capacity:
             capacity = bucket(int(found.num_candidates))
@@ -162,11 +162,8 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
         else:
             break
     n = int(found.num_flagged)
-    pairs, crossing, ambiguous = (
-        np.asarray(found.pairs[:n]),
-        np.array(found.crossing[:n]),
-        np.asarray(found.ambiguous[:n]),
-    )
+    # Sliced on the host: a device slice would compile once per capacity.
+    pairs, crossing, ambiguous = (np.array(x)[:n] for x in (found.pairs, found.crossing, found.ambiguous))
     if ambiguous.any():
         v, f = np.asarray(vertices, np.float64), np.asarray(faces)
         for k in np.flatnonzero(ambiguous):

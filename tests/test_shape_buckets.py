@@ -1,0 +1,109 @@
+"""Shape buckets: padded meshes give the same answers as unpadded ones, and one bucket compiles once."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tritri_jax as tt
+from tritri_jax import _exact
+from tritri_jax._broad_phase import brute_force_candidates, default_cell_size, face_bounds
+from tritri_jax._sizes import pad_mesh, shape_bucket
+
+_candidates = jax.jit(tt.candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
+
+
+@given(st.integers(0, 1 << 22))
+def test_the_ladder_rounds_up_by_at_most_a_quarter(n):
+    size = shape_bucket(n)
+    assert size >= max(n, 64)
+    assert size <= max(64, 1.25 * n)
+    assert shape_bucket(size) == size  # a bucket is its own bucket
+    assert shape_bucket(n + 1) >= size  # monotone
+
+
+def _pairs(result):
+    return set(map(tuple, np.asarray(result.pairs)[: int(result.count)].tolist()))
+
+
+def _garbage_rows(vertices, faces, rows, seed):
+    """Padding rows filled with arbitrary valid-looking content: the callee must ignore them."""
+    rng = np.random.default_rng(seed)
+    extra_v = rng.normal(size=(shape_bucket(len(vertices)) - len(vertices), 3)) * 10
+    v = np.concatenate([vertices, extra_v])
+    extra_f = rng.integers(0, len(v), size=(rows - len(faces), 3))
+    return v, np.concatenate([faces, extra_f]).astype(np.int32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("scene,n", [("crumpled_sheet", 10), ("twisted_torus", 8)])
+@pytest.mark.parametrize("fill", ["copies", "garbage"])
+def test_padded_broad_phase_equals_unpadded_and_brute_force(dtype, scene, n, fill):
+    vertices, faces = tt.scenes.SCENES[scene](n)
+    vertices, faces = vertices.astype(dtype), faces[:-5]  # off the ladder, so there is padding
+    if fill == "copies":
+        padded_v, padded_f = pad_mesh(vertices, faces)
+    else:
+        padded_v, padded_f = _garbage_rows(vertices, faces, shape_bucket(len(faces)), seed=n)
+        padded_v = padded_v.astype(dtype)
+    assert len(padded_f) > len(faces)
+    plain = _candidates(jnp.asarray(vertices), jnp.asarray(faces), capacity=1 << 15)
+    padded = _candidates(jnp.asarray(padded_v), jnp.asarray(padded_f), capacity=1 << 15, num_faces=np.int32(len(faces)))
+    expected = set(map(tuple, np.asarray(brute_force_candidates(jnp.asarray(vertices), jnp.asarray(faces))).tolist()))
+    assert _pairs(plain) == _pairs(padded) == expected
+    assert int(plain.count) == int(padded.count)
+    plain_cell = default_cell_size(*face_bounds(vertices, faces))
+    padded_lo, padded_hi = face_bounds(padded_v, padded_f)
+    real = np.arange(len(padded_f)) < len(faces)
+    padded_lo, padded_hi = (np.where(real[:, None], x, x[:1]) for x in (padded_lo, padded_hi))
+    assert float(plain_cell) == float(default_cell_size(padded_lo, padded_hi, np.int32(len(faces))))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_find_intersections_is_exact_at_every_size_of_a_bucket(dtype):
+    """Meshes of several face counts inside one bucket: each answer equals brute force over the real
+    faces (and the exact oracle agrees with libigl elsewhere)."""
+    vertices, faces = tt.scenes.crumpled_sheet(12)
+    vertices = vertices.astype(dtype)
+    for keep in (len(faces) - 40, len(faces) - 3, len(faces)):
+        sub = faces[:keep]
+        got = set(map(tuple, tt.find_intersections(vertices, sub).tolist()))
+        candidates = np.asarray(brute_force_candidates(jnp.asarray(vertices), jnp.asarray(sub), include_shared_edges=True))
+        u, v = (vertices[sub[candidates[:, k]]].astype(np.float64) for k in (0, 1))
+        expected = {
+            tuple(pair)
+            for pair, a, b in zip(candidates.tolist(), u, v)
+            if _exact.decide(a, b, sub[pair[0]], sub[pair[1]])
+        }
+        assert got == expected
+
+
+class _CompileCount:
+    """Counts XLA backend compiles of functions whose name contains ``name``."""
+
+    def __init__(self, name):
+        self.name, self.count = name, 0
+
+    def __enter__(self):
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def _listen(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration" and self.name in str(kwargs.get("fun_name", "")):
+            self.count += 1
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+
+def test_meshes_of_one_bucket_compile_detection_once():
+    vertices, faces = tt.scenes.two_spheres(9)  # 576 faces, 292 vertices: bucket (640, 320)
+    sizes = [len(faces) - k for k in (0, 13, 40, 61)]
+    assert len({shape_bucket(s) for s in sizes}) == 1
+    jax.clear_caches()
+    with _CompileCount("detect_on_device") as compiles:
+        results = [tt.find_intersections(vertices, faces[:s]) for s in sizes]
+    assert compiles.count == 1
+    assert len(results[0]) > 0
