@@ -70,11 +70,12 @@ def test_find_intersections_is_exact_at_every_size_of_a_bucket(dtype):
     for keep in (len(faces) - 40, len(faces) - 3, len(faces)):
         sub = faces[:keep]
         got = set(map(tuple, tt.find_intersections(vertices, sub).tolist()))
-        candidates = np.asarray(brute_force_candidates(jnp.asarray(vertices), jnp.asarray(sub), include_shared_edges=True))
+        candidates = brute_force_candidates(jnp.asarray(vertices), jnp.asarray(sub), include_shared_edges=True)
+        candidates = np.asarray(candidates)
         u, v = (vertices[sub[candidates[:, k]]].astype(np.float64) for k in (0, 1))
         expected = {
             tuple(pair)
-            for pair, a, b in zip(candidates.tolist(), u, v)
+            for pair, a, b in zip(candidates.tolist(), u, v, strict=True)
             if _exact.decide(a, b, sub[pair[0]], sub[pair[1]])
         }
         assert got == expected
