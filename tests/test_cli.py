@@ -32,6 +32,8 @@ def test_check_clean_and_intersecting(tmp_path, benchmark_dir):
     result = _cli("check", "--list", str(benchmark_dir / "mobius_strip.obj"))
     assert result.returncode == 1 and "crossing pairs:       116" in result.stdout
     assert len([line for line in result.stdout.splitlines() if line.count(" ") == 1]) == 116
+    result = _cli("check", "--verbose", str(clean))
+    assert "compiling, per function" in result.stdout and "detect_on_device" in result.stdout
 
 
 def test_untangle_an_isir_mesh_and_read_it_back(tmp_path, benchmark_dir):

@@ -108,3 +108,17 @@ def test_meshes_of_one_bucket_compile_detection_once():
         results = [tt.find_intersections(vertices, faces[:s]) for s in sizes]
     assert compiles.count == 1
     assert len(results[0]) > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_crossing_measures_equal_the_mesh_energy_and_length(dtype):
+    from tritri_jax._detect import crossing_measures
+
+    vertices, faces = tt.scenes.crumpled_sheet(10)
+    vertices = vertices.astype(dtype)
+    pairs = tt.find_intersections(vertices, faces)
+    energy, length = crossing_measures(vertices, faces, pairs)
+    rtol = 1e-10 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(energy, float(tt.intersection_energy(vertices, faces)), rtol=rtol)
+    np.testing.assert_allclose(length, float(tt.intersection_energy(vertices, faces, measure="length")), rtol=rtol)
+    assert crossing_measures(vertices, faces, np.zeros((0, 2), int)) == (0.0, 0.0)

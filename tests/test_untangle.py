@@ -137,8 +137,10 @@ def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkey
     compiled = _detect.candidates_jit
     compiled(vertices, faces, capacity=1024)
     assert compiled._cache_size() >= 1
-    _memory.release_if_crowded()  # far below the cap: nothing happens
+    monkeypatch.setattr(_memory, "_MAPPING_BUDGET", 10**9)
+    monkeypatch.setattr(_memory, "_MAPPING_SHARE", 1.0)
+    _memory.release_if_crowded()  # below the cap and the budget: nothing happens
     assert compiled._cache_size() >= 1
-    monkeypatch.setattr(_memory, "_MAPPING_SHARE", 0.0)  # as if the process were at the cap
+    monkeypatch.setattr(_memory, "_MAPPING_BUDGET", 0)  # as if the process were past its budget
     _memory.release_if_crowded()
     assert compiled._cache_size() == 0

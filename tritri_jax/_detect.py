@@ -11,11 +11,14 @@ import numpy as np
 from . import _exact
 from ._broad_phase import candidate_pairs, stream_compact
 from ._kernels import certainly_apart, classify
-from ._mesh_energy import check_mesh, pair_triangles
+from ._memory import releasable_jit, release_if_crowded
+from ._mesh_energy import check_mesh, pair_triangles, pairs_energy
 from ._sizes import bucket, default_capacity, pad_mesh
 from ._types import Array, Faces, Int, Vertices
 
-candidates_jit = jax.jit(candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
+candidates_jit = releasable_jit(
+    candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges")
+)
 
 
 class Detection(NamedTuple):
@@ -116,7 +119,7 @@ def judge_pairs(
     return Detection(rows, crossing, ambiguous, num_flagged, count, num_survivors)
 
 
-_detect_on_device_jit = jax.jit(
+_detect_on_device_jit = releasable_jit(
     detect_on_device,
     static_argnames=(
         "capacity",
@@ -126,7 +129,6 @@ _detect_on_device_jit = jax.jit(
         "include_shared_edges",
     ),
 )
-detection_jits = (candidates_jit, _detect_on_device_jit)  # what ``untangle`` clears when crowded
 
 
 def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False, num_faces=None):
@@ -141,7 +143,7 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
     num_faces = rows if num_faces is None else num_faces
     capacity = capacity or default_capacity(rows)
     survivor_capacity = bucket(2 * rows)
-    flagged_capacity = bucket(rows // 4)
+    flagged_capacity = bucket(rows)  # deep overlaps flag up to ~0.8 F; a regrow would compile again
     while True:
         found = _detect_on_device_jit(
             vertices,
@@ -209,7 +211,28 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     vertices, faces = check_mesh(vertices, faces)
     if faces.shape[0] < 2:
         return np.zeros((0, 2), np.int64)
+    release_if_crowded()
     num_faces = faces.shape[0]
     padded = pad_mesh(vertices, faces)
     pairs, _ = detect(*padded, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent, num_faces=num_faces)
     return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+
+
+def _both_measures(vertices, faces, pairs, mask):
+    return tuple(pairs_energy(vertices, faces, pairs, mask, measure=m) for m in ("energy", "length"))
+
+
+_measures = releasable_jit(_both_measures)
+
+
+def crossing_measures(vertices, faces, pairs):
+    """``(energy, length)`` summed over the given crossing pairs (``find_intersections``' answer),
+    as floats: the mesh's intersection energy (Eq. 2) and intersection-curve length without a
+    second broad phase. Mesh and pair list are padded to their buckets, so this compiles once per
+    bucket like detection does."""
+    vertices, faces = pad_mesh(vertices, faces)
+    pairs = np.asarray(pairs, np.int32).reshape(-1, 2)
+    padded = np.zeros((bucket(len(pairs)), 2), np.int32)
+    padded[: len(pairs)] = pairs
+    energy, length = _measures(vertices, faces, padded, np.arange(len(padded)) < len(pairs))
+    return float(energy), float(length)

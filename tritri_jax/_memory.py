@@ -1,12 +1,19 @@
-"""Memory maps: each compile of ``untangle`` for a new mesh size maps thousands of regions, and Linux
-caps them per process; past a share of the cap, the library's compiled functions are released."""
+"""Memory maps: each compile for a new mesh bucket maps hundreds to thousands of regions, and Linux
+caps them per process; past a budget, the library's compiled functions are released. Every module's
+jitted stage is made with ``releasable_jit``, so this module depends on none of them."""
 
 import gc
 
-from ._detect import detection_jits
-from ._paper_route import paper_route_jit
-from ._phase1 import phase1_jit
-from ._relax import adjoint_jit, close_count_jit, relax_jit
+import jax
+
+_RELEASABLE = []
+
+
+def releasable_jit(fun, **jit_options):
+    """``jax.jit(fun, **jit_options)``, registered to be cleared by ``release_if_crowded``."""
+    compiled = jax.jit(fun, **jit_options)
+    _RELEASABLE.append(compiled)
+    return compiled
 
 
 def memory_mappings():
@@ -22,6 +29,7 @@ def memory_mappings():
 
 
 _MAPPING_SHARE = 0.6  # of Linux's per-process cap, past which ``release_if_crowded`` drops compiled code
+_MAPPING_BUDGET = 12_000  # ... or past this many, whichever is lower: one call then adds at most ~6,000
 
 
 def release_if_crowded():
@@ -30,10 +38,11 @@ def release_if_crowded():
     Each compile of ``untangle`` for a new mesh size maps ~4,700 regions (XLA's CPU executables;
     two-spheres scenes, measured from ``/proc/self/maps``), the cap is ``vm.max_map_count``
     (65,530 by default), and past it XLA aborts the process: the test suite did, ~120 tests in. Past
-    60 % of the cap the compiled ``untangle`` and detection functions are cleared (the next call of
-    a size compiles again); the caller's own compiled functions are left alone."""
+    12,000 mappings (or 60 % of the cap, if lower) the compiled ``untangle`` and detection functions
+    are cleared (the next call of a bucket compiles again, from the persistent cache when it is
+    on); the caller's own compiled functions are left alone. A detection compile maps ~700."""
     mappings = memory_mappings()
-    if mappings is not None and mappings[0] > _MAPPING_SHARE * mappings[1]:
-        for compiled in (phase1_jit, paper_route_jit, relax_jit, close_count_jit, adjoint_jit, *detection_jits):
+    if mappings is not None and mappings[0] > min(_MAPPING_SHARE * mappings[1], _MAPPING_BUDGET):
+        for compiled in _RELEASABLE:
             compiled.clear_cache()
         gc.collect()

@@ -1,12 +1,12 @@
 """Layer 4: the paper's route, for comparison: Newton on elastic + kappa * sum T (the paper's energy,
 Eq. 2) with its Gauss-Newton pair blocks, CG, and kappa continuation (``untangle(method="paper")``)."""
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from ._broad_phase import candidate_pairs
 from ._elastic import elastic_energy, elastic_gauss_newton, rest_shape
+from ._memory import releasable_jit
 from ._mesh_energy import hessian_vector_product, pair_mask, pair_system, pairs_energy
 from ._neighbours import RelaxSetup
 from ._newton import newton_cg
@@ -54,4 +54,4 @@ def paper_route(theta, setup: RelaxSetup, capacities, kappa, *, rounds: int, ite
     return x, (history, lengths), jnp.sum(newton), jnp.sum(cg_total)
 
 
-paper_route_jit = jax.jit(paper_route, static_argnames=("capacities", "rounds", "iters", "cg_iters"))
+paper_route_jit = releasable_jit(paper_route, static_argnames=("capacities", "rounds", "iters", "cg_iters"))

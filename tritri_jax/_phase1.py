@@ -30,6 +30,7 @@ from jax.scipy.sparse.linalg import cg
 
 from ._detect import detect_on_device, find_intersections
 from ._elastic import laplacian_matrix
+from ._memory import releasable_jit
 from ._mesh_energy import pairs_energy
 from ._multigrid import Ell, ell
 from ._sizes import bucket
@@ -134,7 +135,7 @@ def _phase1(
     return lax.while_loop(cond, body, state)
 
 
-phase1_jit = jax.jit(_phase1, static_argnames=("capacities", "min_smoothing", "patience", "cg_iters"))
+phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "min_smoothing", "patience", "cg_iters"))
 
 
 def run_phase1(problem, settings, progress):

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from ._barrier import barrier_blocks, barrier_energy, block_vector_product
 from ._elastic import elastic_energy, elastic_hessian, rest_shape
+from ._memory import releasable_jit
 from ._multigrid import v_cycle
 from ._neighbours import Neighbours, RelaxSetup, advance, close_pairs, crossing_check, neighbours
 from ._newton import conjugate_gradient, newton_loop
@@ -129,7 +130,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     )
 
 
-relax_jit = jax.jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol", "switch"))
+relax_jit = releasable_jit(relax, static_argnames=("iters", "polish", "cg_iters", "tol", "switch"))
 
 
 def close_count(x, theta, setup: RelaxSetup):
@@ -143,7 +144,7 @@ def close_count(x, theta, setup: RelaxSetup):
     return close, found.num_survivors, near.count, near.overflowed
 
 
-close_count_jit = jax.jit(close_count)
+close_count_jit = releasable_jit(close_count)
 
 
 def adjoint(x_star, theta, setup: RelaxSetup, cotangent, cg_iters: int):
@@ -160,4 +161,4 @@ def adjoint(x_star, theta, setup: RelaxSetup, cotangent, cg_iters: int):
     return -vjp(lam)[0]
 
 
-adjoint_jit = jax.jit(adjoint, static_argnames=("cg_iters",))
+adjoint_jit = releasable_jit(adjoint, static_argnames=("cg_iters",))

@@ -24,33 +24,63 @@ def _setup_jax():
 
 
 class _CompileClock:
-    """Seconds JAX spent tracing, lowering and compiling (its monitoring events) since creation."""
+    """Seconds JAX spent tracing, lowering and compiling (its monitoring events) since creation,
+    in total and per jitted function."""
+
+    _STEPS = {
+        "jaxpr_trace_duration": "trace",
+        "jaxpr_to_mlir_module_duration": "lower",
+        "backend_compile_duration": "compile",
+    }
 
     def __init__(self):
         import jax
 
         self.seconds = 0.0
+        self.by_function = {}
 
-        def listener(event, duration, **_):
-            if event.startswith("/jax/core/compile/"):
+        def listener(event, duration, fun_name="?", **_):
+            step = self._STEPS.get(event.rsplit("/", 1)[-1])
+            if step is not None:
                 self.seconds += duration
+                name = str(fun_name).removeprefix("jit(").removesuffix(")")
+                steps = self.by_function.setdefault(name, dict.fromkeys(self._STEPS.values(), 0.0))
+                steps[step] += duration
 
         jax.monitoring.register_event_duration_secs_listener(listener)
 
+    def report(self, least=0.05):
+        """Lines ``name: total (trace, lower, compile)``, slowest first, for the functions that took
+        ``least`` seconds or more; the rest summed on one line."""
+        lines, rest = [], 0.0
+        for name, steps in sorted(self.by_function.items(), key=lambda item: -sum(item[1].values())):
+            total = sum(steps.values())
+            if total < least:
+                rest += total
+                continue
+            parts = ", ".join(f"{step} {seconds:.2f}" for step, seconds in steps.items())
+            lines.append(f"    {name}: {total:.2f} s ({parts})")
+        if rest >= 0.005:
+            lines.append(f"    {len(self.by_function) - len(lines)} other functions: {rest:.2f} s")
+        return lines
 
-def _check(vertices, faces, label, show_list=False):
+
+def _check(vertices, faces, label, show_list=False, verbose=False):
     import tritri_jax as tt
+    from tritri_jax._detect import crossing_measures
 
     clock, start = _CompileClock(), time.perf_counter()
     pairs = tt.find_intersections(vertices, faces)
     seconds = time.perf_counter() - start - clock.seconds
-    energy = float(tt.intersection_energy(vertices, faces))
-    length = float(tt.intersection_energy(vertices, faces, measure="length"))
+    energy, length = crossing_measures(vertices, faces, pairs) if len(faces) else (0.0, 0.0)
     print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles")
     print(f"  crossing pairs:       {len(pairs)}")
     print(f"  intersection energy:  {energy:.6g}  (sum of (tc0 tc1)^2, Eq. 2)")
     print(f"  intersection length:  {length:.6g}  (length of the intersection curve)")
     print(f"  detection time:       {seconds:.3f} s (+ {clock.seconds:.2f} s compiling)")
+    if verbose:
+        print("  compiling, per function (seconds traced, lowered, compiled):")
+        print("\n".join(clock.report()))
     if show_list:
         for i, j in pairs:
             print(f"{i} {j}")
@@ -76,7 +106,7 @@ def _progress_bar(mode):
     return bar, callback
 
 
-def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None, progress="auto"):
+def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None, progress="auto", verbose=False):
     import numpy as np
 
     import tritri_jax as tt
@@ -105,6 +135,9 @@ def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None
     print(f"  worst edge ratio:     {float(result.worst_edge_ratio):.3f}")
     compile_seconds = min(clock.seconds, result.seconds)
     print(f"  time:                 {result.seconds - compile_seconds:.2f} s (+ {compile_seconds:.2f} s compiling)")
+    if verbose:
+        print("  compiling, per function (seconds traced, lowered, compiled):")
+        print("\n".join(clock.report()))
     if out_path:
         write_mesh(out_path, np.asarray(result.vertices), faces, overwrite=overwrite)
         print(f"  wrote:                {out_path}")
@@ -133,6 +166,7 @@ def main(argv=None):
     check = commands.add_parser("check", help="count the crossing pairs of a mesh file (exit 1 if any)")
     check.add_argument("mesh", help="OBJ, PLY, OFF or STL file")
     check.add_argument("--list", action="store_true", help="print the crossing face pairs")
+    check.add_argument("-v", "--verbose", action="store_true", help="compile time per jitted function")
     untangle = commands.add_parser("untangle", help="make a mesh file intersection-free (exit 1 if it did not)")
     untangle.add_argument("mesh", help="OBJ, PLY, OFF or STL file")
     untangle.add_argument("-o", "--output", required=True, help="file to write (never the input unless --overwrite)")
@@ -143,6 +177,7 @@ def main(argv=None):
     untangle.add_argument("--no-relax", action="store_true", help="skip phase 2 (shape restoration)")
     untangle.add_argument("--method", default="length", choices=["length", "paper"], help="phase-1 route")
     untangle.add_argument("--progress", default="auto", choices=["auto", "on", "off"], help=progress_help)
+    untangle.add_argument("-v", "--verbose", action="store_true", help="compile time per jitted function")
     args = parser.parse_args(argv)
     _setup_jax()
     from tritri_jax import scenes
@@ -158,13 +193,13 @@ def main(argv=None):
             return 0 if bool(result.converged) else 1
         if args.command == "check":
             vertices, faces = read_mesh(args.mesh)
-            return 1 if len(_check(vertices, faces, args.mesh, args.list)) else 0
+            return 1 if len(_check(vertices, faces, args.mesh, args.list, args.verbose)) else 0
         vertices, faces = read_mesh(args.mesh, weld=args.weld)
         if os.path.abspath(args.output) == os.path.abspath(args.mesh) and not args.overwrite:
             raise ValueError(f"{args.output}: is the input; pass --overwrite to replace it")
         options = dict(max_steps=args.max_steps, relax=not args.no_relax, method=args.method)
         result = _untangle(
-            vertices, faces, args.mesh, args.output, args.overwrite, options, args.picture, args.progress
+            vertices, faces, args.mesh, args.output, args.overwrite, options, args.picture, args.progress, args.verbose
         )
         return 0 if bool(result.converged) else 1
     except ValueError as error:

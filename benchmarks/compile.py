@@ -1,0 +1,169 @@
+"""Compile cost: what a user pays before the first answer, cold and with a warm cache, per command.
+
+Each measurement is a new process running the CLI on a mesh file, as a user would run it:
+
+- ``cold``: an empty persistent cache (``$TRITRI_JAX_CACHE`` in a fresh folder);
+- ``warm``: the cache the cold run filled, on *another* mesh whose size the process has never seen
+  but which falls in the same shape bucket (``tritri_jax._sizes.shape_bucket``).
+
+``wall`` is the whole process (JAX's import included); ``compiling`` is JAX's own account (tracing,
+lowering and XLA compiling, from ``jax.monitoring``). The baseline of the same run is libigl's exact
+``find_self_intersections`` in a new process on the same file (import included): ``ratio`` is the
+``check`` wall time over it. Then, in one process: ten meshes of distinct sizes in one bucket (how
+many compiles of the detection pipeline), and many meshes of many sizes (memory mappings after).
+
+    python benchmarks/compile.py --sizes 1000 5000 10000 --markdown docs/benchmarks.md
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import write_section  # noqa: E402
+
+from tritri_jax import scenes  # noqa: E402
+from tritri_jax._sizes import shape_bucket  # noqa: E402
+from tritri_jax.io import write_mesh  # noqa: E402
+
+FAMILY = "overlap"
+
+
+def same_bucket_pair(size, seed=0):
+    """Two stress meshes of about ``size`` faces and different face counts in one shape bucket: the
+    ``overlap`` case, then the first case of any family near that size that falls in its bucket."""
+    first = scenes.stress_case(FAMILY, size, seed)
+    key = (shape_bucket(len(first[0])), shape_bucket(len(first[1])))
+    for scale in np.linspace(0.7, 1.3, 25):
+        for family in scenes.STRESS_FAMILIES:
+            second = scenes.stress_case(family, int(size * scale), seed + 1)
+            if len(second[1]) != len(first[1]) and (shape_bucket(len(second[0])), shape_bucket(len(second[1]))) == key:
+                return first, second
+    raise RuntimeError(f"no second mesh in the bucket of {size} faces")
+
+
+def run(args, cache, timeout=900):
+    """Wall seconds and stdout of one CLI process with the persistent cache in ``cache``."""
+    env = dict(os.environ, TRITRI_JAX_CACHE=cache, JAX_PLATFORMS="cpu")
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "tritri_jax.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    wall = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{args}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    return wall, done.stdout
+
+
+def compiling(stdout):
+    return float(re.findall(r"\(\+ ([0-9.]+) s compiling\)", stdout)[-1])
+
+
+def libigl_wall(path):
+    code = (
+        "import sys, numpy as np, igl, igl.predicates; v, f = igl.read_triangle_mesh(sys.argv[1]);"
+        "igl.predicates.find_self_intersections(v.astype(np.float64), f.astype(np.int64))"
+    )
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, path], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def process_rows(sizes, commands, folder):
+    rows = []
+    for size in sizes:
+        meshes = same_bucket_pair(size)
+        paths = []
+        for k, (vertices, faces) in enumerate(meshes):
+            paths.append(os.path.join(folder, f"mesh_{size}_{k}.obj"))
+            write_mesh(paths[-1], vertices, faces, overwrite=True)
+        for command in commands:
+            cache = tempfile.mkdtemp(dir=folder, prefix="cache_")
+            row = {"command": command, "faces": [len(m[1]) for m in meshes], "bucket": shape_bucket(len(meshes[0][1]))}
+            for label, path in zip(("cold", "warm"), paths, strict=True):
+                extra = ["-o", os.path.join(folder, "out.obj"), "--overwrite", "--progress", "off"]
+                wall, stdout = run([command, path, *(extra if command == "untangle" else [])], cache)
+                row[label] = (wall, compiling(stdout))
+            row["libigl"] = libigl_wall(paths[1])
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def one_process(sizes_in_bucket, many):
+    """Compiles of ``detect_on_device`` over meshes of one bucket, then mappings after ``many`` sizes."""
+    import jax
+
+    import tritri_jax as tt
+    from tritri_jax._memory import memory_mappings
+
+    jax.config.update("jax_enable_x64", True)
+    compiles = []
+
+    def listen(event, duration, fun_name="", **_):
+        if event == "/jax/core/compile/backend_compile_duration" and "detect_on_device" in str(fun_name):
+            compiles.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    vertices, faces = scenes.stress_case(FAMILY, 5000, 0)
+    top = len(faces)
+    counts = [top - k * max(1, top // 50) for k in range(sizes_in_bucket)]
+    counts = [c for c in counts if shape_bucket(c) == shape_bucket(top)]
+    for count in counts:
+        tt.find_intersections(vertices, faces[:count])
+    in_bucket = (len(counts), len(compiles))
+    rng = np.random.default_rng(0)
+    for target in rng.integers(100, 12000, many):
+        v, f = scenes.stress_case(FAMILY, int(target), int(target))
+        tt.find_intersections(v, f)
+    maps = memory_mappings()
+    return in_bucket, (many, len(compiles), maps[0] if maps else None)
+
+
+def markdown(rows, in_bucket, many):
+    lines = [
+        "| command | faces (cold, warm) | bucket | cold wall s | cold compiling s | warm wall s "
+        "| warm compiling s | libigl wall s | ratio (warm wall / libigl) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        (cold_wall, cold_compile), (warm_wall, warm_compile) = row["cold"], row["warm"]
+        ratio = f"{warm_wall / row['libigl']:.1f}" if row["command"] == "check" else ""
+        lines.append(
+            f"| {row['command']} | {row['faces'][0]}, {row['faces'][1]} | {row['bucket']} | {cold_wall:.1f} "
+            f"| {cold_compile:.1f} | {warm_wall:.1f} | {warm_compile:.1f} | {row['libigl']:.2f} | {ratio} |"
+        )
+    lines.append("")
+    lines.append(
+        f"One process, detection: {in_bucket[0]} meshes of distinct sizes in one bucket compiled the pipeline "
+        f"{in_bucket[1]} time(s); {many[0]} meshes of sizes 100-12,000 faces then compiled it {many[1]} times "
+        f"in all and left {many[2]} memory mappings."
+    )
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--commands", nargs="+", default=["check", "untangle"], choices=["check", "untangle"])
+    parser.add_argument("--many", type=int, default=200, help="meshes of random sizes in one process")
+    parser.add_argument("--markdown", help="write the table into this page (section compile)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        rows = process_rows(args.sizes, args.commands, folder)
+    in_bucket, many = one_process(10, args.many)
+    text = markdown(rows, in_bucket, many)
+    print(text)
+    if args.markdown:
+        write_section(args.markdown, "compile", text)
+
+
+if __name__ == "__main__":
+    main()
