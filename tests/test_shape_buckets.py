@@ -122,3 +122,74 @@ def test_crossing_measures_equal_the_mesh_energy_and_length(dtype):
     np.testing.assert_allclose(energy, float(tt.intersection_energy(vertices, faces)), rtol=rtol)
     np.testing.assert_allclose(length, float(tt.intersection_energy(vertices, faces, measure="length")), rtol=rtol)
     assert crossing_measures(vertices, faces, np.zeros((0, 2), int)) == (0.0, 0.0)
+
+
+def test_detection_regrows_every_full_buffer_and_keeps_the_answer():
+    from tritri_jax._detect import detect
+
+    vertices, faces = tt.scenes.crumpled_sheet(12)
+    expected = tt.find_intersections(vertices, faces)
+    pairs, capacity = detect(*map(jnp.asarray, (vertices, faces)), capacity=64)
+    assert capacity > 64
+    assert set(map(tuple, pairs.tolist())) == set(map(tuple, expected.tolist()))
+
+
+def test_phase1_of_meshes_in_one_bucket_compiles_once():
+    vertices, faces = tt.scenes.two_spheres(9)
+    first, second = faces, faces[:-37]  # a hole does not matter to phase 1
+    jax.clear_caches()
+    with _CompileCount("_phase1") as compiles:
+        results = [tt.untangle(vertices, f, relax=False) for f in (first, second)]
+    assert compiles.count == 1
+    assert all(bool(r.converged) for r in results)
+    assert int(results[0].iterations) > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_padded_phase1_takes_the_unpadded_steps(dtype):
+    """The same phase-1 steps on a mesh as it is and padded to its bucket (equal to round-off)."""
+    from tritri_jax._elastic import laplacian_matrix, unique_edges
+    from tritri_jax._multigrid import ell
+    from tritri_jax._phase1 import Capacities, _State, phase1_jit
+
+    vertices, faces = tt.scenes.crumpled_sheet(8)
+    vertices = (vertices / np.ptp(vertices, axis=0).max()).astype(dtype)
+    edges = unique_edges(faces)
+    h = float(np.linalg.norm(vertices[edges[:, 0]] - vertices[edges[:, 1]], axis=1).mean())
+    padded_v, padded_f = pad_mesh(vertices, faces)
+    runs = []
+    for v, f in ((vertices, faces), (padded_v, padded_f)):
+        x = jnp.asarray(v)
+        state = _State(
+            x,
+            x,
+            jnp.int32(2**31 - 1),
+            jnp.int32(-1),
+            jnp.asarray(80.0, dtype),
+            jnp.int32(0),
+            jnp.int32(0),
+            jnp.full((30,), -1, jnp.int32),
+            jnp.zeros((30,), dtype),
+            jnp.bool_(False),
+        )
+        out = phase1_jit(
+            x,
+            jnp.asarray(f),
+            np.int32(len(faces)),
+            ell(laplacian_matrix(edges, len(v)), dtype),
+            h,
+            state,
+            jnp.asarray(0.25, dtype),
+            jnp.int32(30),
+            capacities=Capacities.for_faces(len(f)),
+            min_smoothing=1.0,
+            patience=8,
+            cg_iters=50,
+        )
+        runs.append(out)
+    plain, padded = runs
+    assert int(plain.step) == int(padded.step) > 0
+    np.testing.assert_array_equal(np.asarray(plain.history), np.asarray(padded.history))
+    scale = 1e-9 if dtype == np.float64 else 1e-3
+    np.testing.assert_allclose(np.asarray(padded.x)[: len(vertices)], np.asarray(plain.x), atol=scale)
+    np.testing.assert_array_equal(np.asarray(padded.x)[len(vertices) :], padded_v[len(vertices) :])

@@ -2,6 +2,7 @@
 (each stage streamed over the previous one's survivors), then exact settling of the few pairs within
 rounding distance of flipping, on the host (``_exact``)."""
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -142,8 +143,10 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
     rows = faces.shape[0]
     num_faces = rows if num_faces is None else num_faces
     capacity = capacity or default_capacity(rows)
-    survivor_capacity = bucket(2 * rows)
-    flagged_capacity = bucket(rows)  # deep overlaps flag up to ~0.8 F; a regrow would compile again
+    # A buffer that fills up means a second compile, so they start with room: the stress families
+    # have up to ~2.4 survivors per face, and more than 2 flagged (small crumpled sheets); the
+    # flagged pairs are a subset of the survivors, so their buffer is as large.
+    survivor_capacity = flagged_capacity = bucket(4 * rows)
     while True:
         found = _detect_on_device_jit(
             vertices,
@@ -155,14 +158,19 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
             skip_vertex_adjacent=skip_vertex_adjacent,
             num_faces=np.int32(num_faces),
         )
-        if int(found.num_candidates) > capacity:
-            capacity = bucket(int(found.num_candidates))
-        elif int(found.num_survivors) > survivor_capacity:
-            survivor_capacity = bucket(int(found.num_survivors))
-        elif int(found.num_flagged) > flagged_capacity:
-            flagged_capacity = bucket(int(found.num_flagged))
-        else:
+        # Every full buffer grows at once (one recompile, not one per stage); a stage behind a full
+        # one saw only part of its input, so its count is scaled up by the share it missed.
+        counts = (int(found.num_candidates), int(found.num_survivors), int(found.num_flagged))
+        sizes = [capacity, survivor_capacity, flagged_capacity]
+        if all(c <= s for c, s in zip(counts, sizes, strict=True)):
             break
+        missed = 1.0
+        for k, count in enumerate(counts):
+            estimate = math.ceil(count * missed)
+            missed *= max(1.0, count / sizes[k])
+            if estimate > sizes[k]:
+                sizes[k] = bucket(estimate)
+        capacity, survivor_capacity, flagged_capacity = sizes
     n = int(found.num_flagged)
     # Sliced on the host: a device slice would compile once per capacity.
     pairs, crossing, ambiguous = (np.array(x)[:n] for x in (found.pairs, found.crossing, found.ambiguous))

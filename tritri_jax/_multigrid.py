@@ -42,11 +42,12 @@ class Ell(eqx.Module):
 UNROLLED_SLOTS = 32
 
 
-def ell(matrix, dtype) -> Ell:
-    """``matrix`` (any scipy sparse matrix) in ELLPACK form."""
+def ell(matrix, dtype, width=None) -> Ell:
+    """``matrix`` (any scipy sparse matrix) in ELLPACK form, as many slots per row as its fullest row
+    has; ``width``: a function of that count giving the slot count to use instead (a bucket)."""
     csr = sp.csr_matrix(matrix)
     counts = np.diff(csr.indptr)
-    width = max(int(counts.max(initial=0)), 1)
+    width = (width or (lambda k: k))(max(int(counts.max(initial=0)), 1))
     rows = np.repeat(np.arange(csr.shape[0]), counts)
     slot = np.arange(csr.nnz) - np.repeat(csr.indptr[:-1], counts)
     cols = np.tile(np.arange(csr.shape[0])[:, None], (1, width))

@@ -33,7 +33,7 @@ from ._elastic import laplacian_matrix
 from ._memory import releasable_jit
 from ._mesh_energy import pairs_energy
 from ._multigrid import Ell, ell
-from ._sizes import bucket
+from ._sizes import bucket, pad_mesh, slot_bucket
 from ._types import Array
 
 
@@ -52,8 +52,9 @@ class Capacities(NamedTuple):
         return Capacities(*(2 * c for c in self))
 
 
-def crossing_pairs(x, faces, capacities: Capacities):
-    """The pairs the float predicate calls crossing (``pairs``, ``crossing`` mask) and an overflow flag."""
+def crossing_pairs(x, faces, capacities: Capacities, num_faces=None):
+    """The pairs the float predicate calls crossing (``pairs``, ``crossing`` mask) and an overflow flag.
+    ``num_faces``: as in ``candidate_pairs`` (the rows of ``faces`` past it are shape padding)."""
     found = detect_on_device(
         x,
         faces,
@@ -61,6 +62,7 @@ def crossing_pairs(x, faces, capacities: Capacities):
         survivor_capacity=capacities.survivors,
         flagged_capacity=capacities.flagged,
         include_shared_edges=False,
+        num_faces=num_faces,
     )
     crossing = found.crossing & found.mask()
     return found.pairs, crossing, found.overflowed(capacities.candidates, capacities.survivors)
@@ -85,9 +87,24 @@ class _State(NamedTuple):
 
 
 def _phase1(
-    x0, faces, laplace: Ell, h, state, step_fraction, step_limit, *, capacities, min_smoothing, patience, cg_iters
+    x0,
+    faces,
+    num_faces,
+    laplace: Ell,
+    h,
+    state,
+    step_fraction,
+    step_limit,
+    *,
+    capacities,
+    min_smoothing,
+    patience,
+    cg_iters,
 ):
     """Phase-1 steps from ``state`` until no float crossing, ``step_limit`` steps, or an overflow.
+
+    The mesh may be padded to its shape bucket (``_sizes.pad_mesh``): the faces past ``num_faces``
+    take part in nothing, and the padding vertices, in no edge and no crossing, never move.
 
     ``laplace``: the mesh's uniform Laplacian as an ELLPACK matrix, one gather per slot (up to 100
     products per step, in the two smoothing solves). As two scatters over the edges
@@ -106,7 +123,7 @@ def _phase1(
         return (s.step < step_limit) & (s.count != 0) & ~s.overflowed
 
     def body(s):
-        pairs, crossing, overflowed = crossing_pairs(s.x, faces, capacities)
+        pairs, crossing, overflowed = crossing_pairs(s.x, faces, capacities, num_faces)
         count = jnp.sum(crossing).astype(jnp.int32)
         improved = count < s.best_count
         best_x = jnp.where(improved, s.x, s.best_x)
@@ -140,16 +157,21 @@ phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "min_smoothi
 
 def run_phase1(problem, settings, progress):
     """Phase 1 with restarts on ``problem`` (``untangle``'s normalised mesh) with ``settings`` (its
-    ``UntangleOptions``); returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths))``."""
+    ``UntangleOptions``); returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths))``.
+
+    Runs on the mesh padded to its shape bucket (and the Laplacian's slots to theirs), so that the
+    meshes of one bucket share one compiled phase 1."""
     dtype = problem.theta.dtype
-    capacities = Capacities.for_faces(problem.faces.shape[0], settings.capacity)
-    laplace = ell(laplacian_matrix(problem.edges_np, problem.theta.shape[0]), dtype)
+    num_vertices, num_faces = problem.theta.shape[0], problem.faces.shape[0]
+    theta, faces = (jnp.asarray(a) for a in pad_mesh(np.asarray(problem.theta), np.asarray(problem.faces)))
+    capacities = Capacities.for_faces(faces.shape[0], settings.capacity)
+    laplace = ell(laplacian_matrix(problem.edges_np, theta.shape[0]), dtype, width=slot_bucket)
     histories, lengths, total_steps, fraction = [], [], 0, settings.step_fraction
     chunk = 10 if progress else settings.max_steps
     for _ in range(settings.restarts + 1):
         state = _State(
-            x=problem.theta,
-            best_x=problem.theta,
+            x=theta,
+            best_x=theta,
             best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
             count=jnp.int32(-1),
             smoothing=jnp.asarray(settings.smoothing, dtype),
@@ -162,8 +184,9 @@ def run_phase1(problem, settings, progress):
         while True:
             limit = min(int(state.step) + chunk, settings.max_steps)
             state = phase1_jit(
-                problem.theta,
-                problem.faces,
+                theta,
+                faces,
+                np.int32(num_faces),
                 laplace,
                 problem.h,
                 state,
@@ -182,7 +205,7 @@ def run_phase1(problem, settings, progress):
                 progress("untangle", total_steps + int(state.step), int(state.count))
             if int(state.count) != 0 and int(state.step) < settings.max_steps:
                 continue
-            x1 = state.x if int(state.count) == 0 else state.best_x
+            x1 = jnp.asarray(np.asarray(state.x if int(state.count) == 0 else state.best_x)[:num_vertices])
             remaining = find_intersections(x1, problem.faces)
             if len(remaining) and int(state.count) == 0 and int(state.step) < settings.max_steps:
                 state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
