@@ -79,3 +79,23 @@ def test_read_triangulates_quads_and_welds(tmp_path):
     welded, faces = read_mesh(path, weld=True)
     assert len(welded) == 4 and faces.max() == 3
     np.testing.assert_array_equal(faces[2], faces[0])  # "f 5 2 3" is the first fan triangle once welded
+
+
+def test_untangle_a_folder_into_a_folder(tmp_path):
+    """Several inputs (a folder) go to a folder of outputs with the same names; a bad file is
+    reported by name and the others still done (exit 2); a file where a folder is needed is refused."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_mesh(inputs / "a.obj", *tt.scenes.two_spheres(6))
+    write_mesh(inputs / "b.off", *tt.scenes.two_spheres(6, overlap=0.3))  # same shapes: compiled once
+    (inputs / "c.obj").write_text("v 0 0 0\nf 1 2 3\n")
+    result = _cli("untangle", str(inputs), "-o", str(tmp_path / "out"), "--progress", "off")
+    assert result.returncode == 2 and "c.obj" in result.stderr, result.stderr
+    assert "3 meshes: 2 untangled, 0 not, 1 unreadable" in result.stdout
+    for name in ("a.obj", "b.off"):
+        vertices, faces = read_mesh(tmp_path / "out" / name)
+        assert len(tt.find_intersections(vertices, faces)) == 0
+    result = _cli("untangle", str(inputs / "a.obj"), str(inputs / "b.off"), "-o", str(tmp_path / "out" / "a.obj"))
+    assert result.returncode == 2 and "names a folder" in result.stderr
+    result = _cli("untangle", str(inputs), "-o", str(tmp_path / "out"))
+    assert result.returncode == 2 and "exists; pass --overwrite" in result.stderr

@@ -87,6 +87,35 @@ def _check(vertices, faces, label, show_list=False, verbose=False):
     return pairs
 
 
+MESH_SUFFIXES = (".obj", ".ply", ".off", ".stl")
+
+
+def _mesh_files(paths):
+    """The mesh files named by ``paths``, a folder standing for its mesh files (sorted by name);
+    and whether there are several outputs to write (more than one path, or a folder)."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(
+                os.path.join(path, name) for name in os.listdir(path) if name.lower().endswith(MESH_SUFFIXES)
+            )
+            if not found:
+                raise ValueError(f"{path}: a folder with no mesh file ({', '.join(MESH_SUFFIXES)})")
+            files += found
+        else:
+            files.append(path)
+    return files, len(paths) > 1 or any(os.path.isdir(path) for path in paths)
+
+
+def _meshes_bar(files, mode):
+    """A tqdm bar over several mesh files (on a terminal, or always with ``mode="on"``)."""
+    if len(files) < 2 or mode == "off" or (mode == "auto" and not sys.stderr.isatty()):
+        return files
+    from tqdm import tqdm
+
+    return tqdm(files, desc="meshes", unit=" mesh", file=sys.stderr, dynamic_ncols=True)
+
+
 def _progress_bar(mode):
     """A tqdm bar fed by ``untangle``'s progress callback (on a terminal, or always with ``mode="on"``)."""
     if mode == "off" or (mode == "auto" and not sys.stderr.isatty()):
@@ -164,12 +193,13 @@ def main(argv=None):
     progress_help = "progress bar on stderr: auto (on a terminal), on, off"
     demo.add_argument("--progress", default="auto", choices=["auto", "on", "off"], help=progress_help)
     check = commands.add_parser("check", help="count the crossing pairs of a mesh file (exit 1 if any)")
-    check.add_argument("mesh", help="OBJ, PLY, OFF or STL file")
+    check.add_argument("mesh", nargs="+", help="OBJ, PLY, OFF or STL files, or folders of them")
     check.add_argument("--list", action="store_true", help="print the crossing face pairs")
     check.add_argument("-v", "--verbose", action="store_true", help="compile time per jitted function")
     untangle = commands.add_parser("untangle", help="make a mesh file intersection-free (exit 1 if it did not)")
-    untangle.add_argument("mesh", help="OBJ, PLY, OFF or STL file")
-    untangle.add_argument("-o", "--output", required=True, help="file to write (never the input unless --overwrite)")
+    untangle.add_argument("mesh", nargs="+", help="OBJ, PLY, OFF or STL files, or folders of them")
+    output_help = "file to write, or a folder when there are several inputs (never an input unless --overwrite)"
+    untangle.add_argument("-o", "--output", required=True, help=output_help)
     untangle.add_argument("--overwrite", action="store_true", help="allow replacing an existing output file")
     untangle.add_argument("--picture", help="PNG: before/after with crossing faces in red (+ a convergence plot)")
     untangle.add_argument("--weld", action="store_true", help="merge vertices with identical coordinates first")
@@ -191,17 +221,47 @@ def main(argv=None):
             label = f"scene {args.scene} (size {args.size})"
             result = _untangle(vertices, faces, label, args.output, True, {}, progress=args.progress)
             return 0 if bool(result.converged) else 1
+        files, several = _mesh_files(args.mesh)
         if args.command == "check":
-            vertices, faces = read_mesh(args.mesh)
-            return 1 if len(_check(vertices, faces, args.mesh, args.list, args.verbose)) else 0
-        vertices, faces = read_mesh(args.mesh, weld=args.weld)
-        if os.path.abspath(args.output) == os.path.abspath(args.mesh) and not args.overwrite:
-            raise ValueError(f"{args.output}: is the input; pass --overwrite to replace it")
+            found = 0
+            for path in _meshes_bar(files, "auto"):
+                vertices, faces = read_mesh(path)
+                found += len(_check(vertices, faces, path, args.list, args.verbose)) > 0
+            return 1 if found else 0
+        if several:
+            if args.picture:
+                raise ValueError("--picture takes one input mesh")
+            if os.path.exists(args.output) and not os.path.isdir(args.output):
+                raise ValueError(f"{args.output}: is a file; with several inputs -o names a folder")
+            os.makedirs(args.output, exist_ok=True)
+            outputs = [os.path.join(args.output, os.path.basename(path)) for path in files]
+            if len(set(outputs)) < len(outputs):
+                raise ValueError("two inputs have the same file name; their outputs would collide in one folder")
+        else:
+            outputs = [args.output]
+        for path, out in zip(files, outputs, strict=True):
+            if os.path.abspath(out) == os.path.abspath(path) and not args.overwrite:
+                raise ValueError(f"{out}: is the input; pass --overwrite to replace it")
+            if os.path.exists(out) and not args.overwrite:
+                raise ValueError(f"{out}: exists; pass --overwrite to replace it")
         options = dict(max_steps=args.max_steps, relax=not args.no_relax, method=args.method)
-        result = _untangle(
-            vertices, faces, args.mesh, args.output, args.overwrite, options, args.picture, args.progress, args.verbose
-        )
-        return 0 if bool(result.converged) else 1
+        failed = errors = 0
+        for path, out in zip(_meshes_bar(files, args.progress), outputs, strict=True):
+            try:
+                vertices, faces = read_mesh(path, weld=args.weld)
+                progress = "off" if several else args.progress
+                result = _untangle(
+                    vertices, faces, path, out, args.overwrite, options, args.picture, progress, args.verbose
+                )
+                failed += not bool(result.converged)
+            except ValueError as error:
+                if not several:
+                    raise
+                errors += 1  # a batch goes on past a bad file, and says so at the end
+                print(f"tritri-jax: error: {path}: {error}", file=sys.stderr)
+        if several:
+            print(f"{len(files)} meshes: {len(files) - failed - errors} untangled, {failed} not, {errors} unreadable")
+        return 2 if errors else 1 if failed else 0
     except ValueError as error:
         print(f"tritri-jax: error: {error}", file=sys.stderr)
         return 2
