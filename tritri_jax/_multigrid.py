@@ -14,7 +14,6 @@ gathers and a row sum (``Ell``): no scatter, which is slow on CPUs under XLA.
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-import pyamg
 import scipy.sparse as sp
 
 from ._types import Array
@@ -74,6 +73,8 @@ def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int =
 
     ``max_coarse``: the largest coarsest level, solved exactly (a dense inverse); ``sweeps``: Jacobi
     sweeps before and after each coarse correction."""
+    import pyamg  # here, not at the top: it adds ~0.13 s to every start of the CLI, which ``check`` never uses
+
     matrix = sp.csr_matrix(matrix, dtype=np.float64)
     # pyamg estimates spectral radii from numpy's global generator: seeded so that the hierarchy, and
     # the solver's path, are reproducible (runs differed, one stalled), and the caller's state restored
