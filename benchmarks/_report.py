@@ -40,3 +40,19 @@ def write_section(path: str, name: str, body: str) -> None:
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     with open(path, "w") as page:
         page.write(text)
+
+
+class Output:
+    """A benchmark's table: each line printed as it comes and kept, then written into a page."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, text="", **_):
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def write(self, path, name):
+        """Into section ``name`` of the page ``path`` (``write_section``); nothing when ``path`` is None."""
+        if path:
+            write_section(path, name, "\n".join(self.lines))

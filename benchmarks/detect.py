@@ -22,13 +22,18 @@ from tritri_jax._detect import candidates_jit  # noqa: E402
 from tritri_jax._sizes import default_capacity  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import Output  # noqa: E402
+
 from tests.meshes import load_obj_triangulated  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 50_000, 200_000, 1_000_000])
 parser.add_argument("--skip-isir", action="store_true")
 parser.add_argument("--repeats", type=int, default=3)
+parser.add_argument("--markdown", help="write the table into this page (section detect)")
 args = parser.parse_args()
+out = Output()
 
 
 def best(f, repeats=args.repeats):
@@ -85,10 +90,10 @@ for size in args.sizes:
 
 available = peers()
 names = list(available)
-print(f"# {os.cpu_count()} CPU cores, jax {jax.__version__}, float64; times in seconds (best of {args.repeats})")
+out(f"Float64; times in seconds (best of {args.repeats}).\n")
 header = "| mesh | triangles | pairs | compile | tritri_jax | broad phase | candidates | " + " | ".join(names)
-print(header + " | ratio to libigl |")
-print("|" + "---|" * (len(names) + 8))
+out(header + " | ratio to libigl |")
+out("|" + "---|" * (len(names) + 8))
 for name, vertices, faces in meshes:
     start = time.perf_counter()
     pairs = tt.find_intersections(vertices, faces)
@@ -122,8 +127,9 @@ for name, vertices, faces in meshes:
         )
         row.append(f"{peer_times[peer]:.3f} ({count:,})")
     ratio = f"{ours / peer_times['libigl']:.2f}x" if "libigl" in peer_times else "–"
-    print("| " + " | ".join(row) + f" | {ratio} |", flush=True)
-print(
+    out("| " + " | ".join(row) + f" | {ratio} |", flush=True)
+out(
     "\nratio = tritri_jax time / libigl time (below 1: tritri_jax is faster). Open3D counts triangles pairs "
     "it reports; ipctk reports only whether any intersection exists (1/0)."
 )
+out.write(args.markdown, "detect")

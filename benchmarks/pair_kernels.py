@@ -6,17 +6,23 @@ Prints one table; the naive route is measured in the same run and every row is r
 
 import argparse
 import os
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import Output  # noqa: E402
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--pairs", type=int, default=20000)
 parser.add_argument("--float32", action="store_true")
 parser.add_argument("--repeats", type=int, default=5)
+parser.add_argument("--markdown", help="write the table into this page (section pair-kernels)")
 args = parser.parse_args()
+out = Output()
 jax.config.update("jax_enable_x64", not args.float32)
 
 import tritri_jax as tt  # noqa: E402
@@ -73,16 +79,14 @@ for name in ("Gauss-Newton factor (39 numbers)", "Gauss-Newton projected Hessian
 
 cores = os.cpu_count()
 peak = cores * 2.5e9 * (8 if args.float32 else 4) * 2  # AVX2 FMA, ~2.5 GHz: a rough upper bound
-print(
-    f"# {args.pairs} crossing pairs, {'float32' if args.float32 else 'float64'}, {cores} CPU cores, "
-    f"jax {jax.__version__}, best of {args.repeats}"
-)
-print("| route | pairs/s | ratio to naive | flops/pair (XLA) | fraction of peak |")
-print("|---|---:|---:|---:|---:|")
+out(f"{args.pairs} crossing pairs, {'float32' if args.float32 else 'float64'}, best of {args.repeats}.\n")
+out("| route | pairs/s | ratio to naive | flops/pair (XLA) | fraction of peak |")
+out("|---|---:|---:|---:|---:|")
 for name, (r, _) in results.items():
     f = flops.get(name, float("nan"))
     frac = f * r / peak if np.isfinite(f) else float("nan")
     fs = f"{f:.0f}" if np.isfinite(f) else "–"
     fr = f"{frac:.2%}" if np.isfinite(frac) else "–"
-    print(f"| {name} | {r:,.0f} | {r / baseline:.1f}x | {fs} | {fr} |")
-print(f"\npeak assumed: {peak / 1e9:.0f} GFLOP/s ({cores} cores x 2.5 GHz x {'8' if args.float32 else '4'}-wide FMA)")
+    out(f"| {name} | {r:,.0f} | {r / baseline:.1f}x | {fs} | {fr} |")
+out(f"\npeak assumed: {peak / 1e9:.0f} GFLOP/s ({cores} cores x 2.5 GHz x {'8' if args.float32 else '4'}-wide FMA)")
+out.write(args.markdown, "pair-kernels")

@@ -25,13 +25,18 @@ import tritri_jax as tt  # noqa: E402
 from tritri_jax._phase1 import Capacities, crossing_pairs, length_gradient  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import Output  # noqa: E402
+
 from tests.meshes import load_obj_triangulated  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--baseline-steps", type=int, default=150)
 parser.add_argument("--only", nargs="*", help="mesh names to run (default: all)")
 parser.add_argument("--no-paper", action="store_true", help="skip the paper's route")
+parser.add_argument("--markdown", help="write the table into this page (section untangle)")
 args = parser.parse_args()
+out = Output()
 
 
 def adam_baseline(vertices, faces, steps):
@@ -77,13 +82,13 @@ for name, scene in tt.scenes.SCENES.items():
 if args.only:
     meshes = [m for m in meshes if m[0] in args.only]
 
-print(f"# {os.cpu_count()} CPU cores, jax {jax.__version__}, float64")
-print(
+out("Float64; time after compile (the second of two runs).\n")
+out(
     "| mesh | triangles | pairs before | phase-1 steps | relax Newton (CG) | time (s) | compile (s) | pairs after | "
     "max move / diag | mean move / diag | worst edge ratio | paper route: pairs after (time s) | "
     "Adam baseline: pairs after (steps) |"
 )
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, vertices, faces in meshes:
     before = len(tt.find_intersections(vertices, faces))
     first = tt.untangle(vertices, faces)
@@ -97,7 +102,7 @@ for name, vertices, faces in meshes:
     adam_pairs, adam_steps = adam_baseline(vertices, faces, args.baseline_steps)
     gradient = float(result.relax_gradient_norm)
     stationary = "" if bool(result.relax_converged) else f", not stationary: |g| {gradient:.1e}"
-    print(
+    out(
         f"| {name} | {len(faces):,} | {before} | {int(result.iterations)} | "
         f"{int(result.relax_iterations)} ({int(result.relax_cg_iterations)}){stationary} | {result.seconds:.2f} | "
         f"{max(first.seconds - result.seconds, 0):.1f} | {int(result.num_intersections)} | "
@@ -105,3 +110,4 @@ for name, vertices, faces in meshes:
         f"{float(result.worst_edge_ratio):.2f} | {paper} | {adam_pairs} ({adam_steps}) |",
         flush=True,
     )
+out.write(args.markdown, "untangle")
