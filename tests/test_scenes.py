@@ -37,7 +37,7 @@ def test_graded_torus_spans_its_grading():
 
 @pytest.mark.parametrize("family", scenes.STRESS_FAMILIES)
 def test_stress_cases_are_reproducible_sized_and_intersecting(family):
-    for seed in range(3):
+    for seed in range(4):  # uneven seed 3's first draw misses: two tori threaded, drawn again
         vertices, faces = scenes.stress_case(family, 1500, seed)
         again, same_faces = scenes.stress_case(family, 1500, seed)
         np.testing.assert_array_equal(vertices, again)
@@ -45,8 +45,7 @@ def test_stress_cases_are_reproducible_sized_and_intersecting(family):
         assert 0.7 * 1500 < len(faces) < 1.4 * 1500
         assert np.all(np.isfinite(vertices))
         assert faces.min() >= 0 and faces.max() < len(vertices)
-    vertices, faces = scenes.stress_case(family, 1500, 0)
-    assert len(libigl_pairs(vertices, faces)) > 0  # seed 0 of every family needs untangling
+        assert len(libigl_pairs(vertices, faces)) > 0  # every case needs untangling
 
 
 def test_deformations_do_not_modify_their_input():

@@ -259,8 +259,25 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
     - ``poke``: a thin torus (a handle) with a bump pushed through its opposite wall;
     - ``sheet``: a crumpled square sheet with boundaries, or a sheet rolled through itself;
     - ``components``: 3-6 spheres and capsules scattered so that they overlap.
+
+    Every case intersects itself: a draw whose parts miss each other (a torus copy threaded through
+    the other's hole, say) is drawn again from the same generator, so a seed always gives one case.
     """
+    if family not in STRESS_FAMILIES:
+        raise ValueError(f"unknown stress family {family!r}; expected one of {STRESS_FAMILIES}")
+    from ._detect import find_intersections
+
     rng = np.random.default_rng(seed)
+    for attempt in range(32):
+        shape_seed = seed if attempt == 0 else int(rng.integers(2**31))
+        vertices, faces = _stress_draw(family, target_faces, seed, shape_seed, rng)
+        if len(find_intersections(vertices, faces)):
+            return vertices, faces
+    raise RuntimeError(f"stress case {family} {target_faces} {seed}: no intersecting draw in 32")
+
+
+def _stress_draw(family, target_faces, seed, shape_seed, rng):
+    """One draw of ``stress_case``: ``seed`` picks the base, ``shape_seed`` and ``rng`` the shape."""
     if family == "overlap":
         kind = seed % 3
         if kind == 0:
@@ -269,7 +286,7 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
             base = torus(_resolution(6, target_faces / 2))
         else:
             base = knot_tube(_resolution(16, target_faces / 2))
-        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=seed)
+        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=shape_seed)
     if family == "fold":
         radius = 0.3
         v, f = capsule(_resolution(14, target_faces), radius=radius, length=3.0)
@@ -277,21 +294,20 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
         return bend(v, angle=angle, radius=tight, start=rng.uniform(-0.5, 0.2)), f
     if family == "uneven":
         base = graded_torus(_resolution(12, target_faces), grading=1000.0)
-        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=seed)
+        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=shape_seed)
     if family == "poke":
         v, f = torus(_resolution(6, target_faces), minor=rng.uniform(0.15, 0.3))
-        return poke(v, f, depth=rng.uniform(1.4, 2.0), width=rng.uniform(0.3, 0.6), seed=seed), f
+        return poke(v, f, depth=rng.uniform(1.4, 2.0), width=rng.uniform(0.3, 0.6), seed=shape_seed), f
     if family == "sheet":
         if seed % 2 == 0:
-            return crumpled_sheet(_resolution(2, target_faces), amplitude=rng.uniform(0.25, 0.45), seed=seed)
+            return crumpled_sheet(_resolution(2, target_faces), amplitude=rng.uniform(0.25, 0.45), seed=shape_seed)
         n = _resolution(4, target_faces)
         return folded_sheet(n, wrap=rng.uniform(1.1, 1.4))
     if family == "components":
         count = 3 + seed % 4
         per = target_faces / count
         base = sphere(_resolution(4, per)) if seed % 2 == 0 else capsule(_resolution(7.8, per), radius=0.4)
-        return scatter_copies(*base, count=count, spread=1.5, seed=seed)
-    raise ValueError(f"unknown stress family {family!r}; expected one of {STRESS_FAMILIES}")
+        return scatter_copies(*base, count=count, spread=1.5, seed=shape_seed)
 
 
 STRESS_FAMILIES = ("overlap", "fold", "uneven", "poke", "sheet", "components")
