@@ -1,5 +1,7 @@
 """Shape buckets: padded meshes give the same answers as unpadded ones, and one bucket compiles once."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -193,3 +195,24 @@ def test_padded_phase1_takes_the_unpadded_steps(dtype):
     scale = 1e-9 if dtype == np.float64 else 1e-3
     np.testing.assert_allclose(np.asarray(padded.x)[: len(vertices)], np.asarray(plain.x), atol=scale)
     np.testing.assert_array_equal(np.asarray(padded.x)[len(vertices) :], padded_v[len(vertices) :])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="Linux's memory mappings")
+def test_many_sizes_in_one_process_keep_memory_maps_bounded(monkeypatch):
+    """Meshes of many buckets in one process: past the mapping budget the compiled stages are
+    released, so the mappings stay within the budget plus what one call adds."""
+    from tritri_jax import _memory
+    from tritri_jax._detect import _detect_on_device_jit
+
+    jax.clear_caches()
+    start = _memory.memory_mappings()[0]
+    monkeypatch.setattr(_memory, "_MAPPING_BUDGET", start + 1500)  # about two detection compiles
+    most, releases, cached = start, 0, 0
+    for n in range(4, 9):  # five sphere sizes, five buckets
+        vertices, faces = tt.scenes.two_spheres(n)
+        assert len(tt.find_intersections(vertices, faces)) > 0
+        releases += _detect_on_device_jit._cache_size() < cached + 1
+        cached = _detect_on_device_jit._cache_size()
+        most = max(most, _memory.memory_mappings()[0])
+    assert releases >= 1
+    assert most < start + 1500 + 2000
