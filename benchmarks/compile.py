@@ -114,7 +114,7 @@ def one_process(sizes_in_bucket, many):
     jax.monitoring.register_event_duration_secs_listener(listen)
     vertices, faces = scenes.stress_case(FAMILY, 5000, 0)
     top = len(faces)
-    counts = [top - k * max(1, top // 50) for k in range(sizes_in_bucket)]
+    counts = [top - k * max(1, top // 200) for k in range(sizes_in_bucket)]  # all inside the bucket
     counts = [c for c in counts if shape_bucket(c) == shape_bucket(top)]
     for count in counts:
         tt.find_intersections(vertices, faces[:count])

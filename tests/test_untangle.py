@@ -142,5 +142,8 @@ def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkey
     _memory.release_if_crowded()  # below the cap and the budget: nothing happens
     assert compiled._cache_size() >= 1
     monkeypatch.setattr(_memory, "_MAPPING_BUDGET", 0)  # as if the process were past its budget
+    monkeypatch.setattr(_memory, "_SEEN", {"a call compiled already"})
+    _memory.release_if_crowded("a call compiled already")  # its code is there: kept
+    assert compiled._cache_size() >= 1
     _memory.release_if_crowded()
     assert compiled._cache_size() == 0

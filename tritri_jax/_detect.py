@@ -219,9 +219,10 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     vertices, faces = check_mesh(vertices, faces)
     if faces.shape[0] < 2:
         return np.zeros((0, 2), np.int64)
-    release_if_crowded()
     num_faces = faces.shape[0]
     padded = pad_mesh(vertices, faces)
+    shapes = (padded[0].shape, padded[1].shape, str(padded[0].dtype))
+    release_if_crowded(("find_intersections", *shapes, cell_size is None, skip_vertex_adjacent))
     pairs, _ = detect(*padded, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent, num_faces=num_faces)
     return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
 

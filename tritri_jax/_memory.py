@@ -32,7 +32,10 @@ _MAPPING_SHARE = 0.6  # of Linux's per-process cap, past which ``release_if_crow
 _MAPPING_BUDGET = 12_000  # ... or past this many, whichever is lower: one call then adds at most ~6,000
 
 
-def release_if_crowded():
+_SEEN = set()  # the call shapes compiled since the last release: a repeat of one never releases
+
+
+def release_if_crowded(key=None):
     """Drop this library's compiled functions when the process nears Linux's cap on memory mappings.
 
     Each compile of ``untangle`` for a new mesh size maps ~4,700 regions (XLA's CPU executables;
@@ -40,9 +43,18 @@ def release_if_crowded():
     (65,530 by default), and past it XLA aborts the process: the test suite did, ~120 tests in. Past
     12,000 mappings (or 60 % of the cap, if lower) the compiled ``untangle`` and detection functions
     are cleared (the next call of a bucket compiles again, from the persistent cache when it is
-    on); the caller's own compiled functions are left alone. A detection compile maps ~700."""
+    on); the caller's own compiled functions are left alone. A detection compile maps ~700.
+
+    ``key``: the caller's shapes and static options. A key seen since the last release is a call
+    whose code is compiled already: it never releases (else the second ``untangle`` of one mesh,
+    in a crowded process, would clear and compile again what the first one made)."""
+    if key is not None and key in _SEEN:
+        return
     mappings = memory_mappings()
     if mappings is not None and mappings[0] > min(_MAPPING_SHARE * mappings[1], _MAPPING_BUDGET):
         for compiled in _RELEASABLE:
             compiled.clear_cache()
         gc.collect()
+        _SEEN.clear()
+    if key is not None:
+        _SEEN.add(key)

@@ -263,7 +263,8 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1, setup=None):
 
 
 def _solve(v_np, f_np, settings: UntangleOptions, progress):
-    release_if_crowded()
+    # Phase 2's shapes follow the connectivity, not only the counts: the key holds the faces.
+    release_if_crowded(("untangle", v_np.shape, str(v_np.dtype), hash(np.asarray(f_np).tobytes()), repr(settings)))
     start = time.perf_counter()
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
