@@ -16,23 +16,27 @@ def default_capacity(num_faces: int) -> int:
     return bucket(16 * num_faces)
 
 
+def _ladder(n: int, least: int, steps) -> int:
+    """``n`` (at least ``least``) rounded up to ``2^j * s / steps[0]`` for ``s`` in ``steps``: the
+    rungs ``2^j * (1, 1.25, 1.5, 1.75)`` for ``steps = (4, 5, 6, 7)``."""
+    n = max(int(n), least)
+    top = 1 << (n.bit_length() - 1)
+    return next(top * s // steps[0] for s in (*steps, 2 * steps[0]) if top * s // steps[0] >= n)
+
+
 def shape_bucket(n: int) -> int:
     """``n`` rounded up to the mesh-shape ladder ``2^k * (1, 1.25, 1.5, 1.75)``, at least 64.
 
     Vertex and face counts are padded to it, so meshes of nearby sizes share one compiled
     executable (and one persistent-cache entry) at a cost of at most 25 % more rows.
     """
-    n = max(int(n), 64)
-    top = 1 << (n.bit_length() - 1)
-    return next(top * k // 4 for k in (4, 5, 6, 7, 8) if top * k // 4 >= n)
+    return _ladder(n, 64, (4, 5, 6, 7))
 
 
 def slot_bucket(k: int) -> int:
     """A sparse row width ``k`` rounded up to ``8, 12, 16, 24, 32, 48, ...`` (``2^j * (1, 1.5)``): the
     fullest row of a mesh's Laplacian (its highest valence + 1) varies from mesh to mesh."""
-    k = max(int(k), 8)
-    top = 1 << (k.bit_length() - 1)
-    return top if top >= k else (3 * top // 2 if 3 * top // 2 >= k else 2 * top)
+    return _ladder(k, 8, (2, 3))
 
 
 def pad_mesh(vertices, faces):
