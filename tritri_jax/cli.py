@@ -24,8 +24,8 @@ def _setup_jax():
 
 
 class _CompileClock:
-    """Seconds JAX spent tracing, lowering and compiling (its monitoring events) since creation,
-    in total and per jitted function."""
+    """Seconds JAX spent tracing, lowering and compiling (its monitoring events) from creation to
+    ``stop``, in total and per jitted function."""
 
     _STEPS = {
         "jaxpr_trace_duration": "trace",
@@ -38,16 +38,21 @@ class _CompileClock:
 
         self.seconds = 0.0
         self.by_function = {}
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
 
-        def listener(event, duration, fun_name="?", **_):
-            step = self._STEPS.get(event.rsplit("/", 1)[-1])
-            if step is not None:
-                self.seconds += duration
-                name = str(fun_name).removeprefix("jit(").removesuffix(")")
-                steps = self.by_function.setdefault(name, dict.fromkeys(self._STEPS.values(), 0.0))
-                steps[step] += duration
+    def _listen(self, event, duration, fun_name="?", **_):
+        step = self._STEPS.get(event.rsplit("/", 1)[-1])
+        if step is not None:
+            self.seconds += duration
+            name = str(fun_name).removeprefix("jit(").removesuffix(")")
+            steps = self.by_function.setdefault(name, dict.fromkeys(self._STEPS.values(), 0.0))
+            steps[step] += duration
 
-        jax.monitoring.register_event_duration_secs_listener(listener)
+    def stop(self):
+        """Stop counting (a batch makes one clock per mesh: none may outlive its mesh)."""
+        import jax
+
+        jax.monitoring.unregister_event_duration_listener(self._listen)
 
     def report(self, least=0.05):
         """Lines ``name: total (trace, lower, compile)``, slowest first, for the functions that took
@@ -73,6 +78,7 @@ def _check(vertices, faces, label, show_list=False, verbose=False):
     pairs = tt.find_intersections(vertices, faces)
     seconds = time.perf_counter() - start - clock.seconds
     energy, length = crossing_measures(vertices, faces, pairs) if len(faces) else (0.0, 0.0)
+    clock.stop()
     print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles")
     print(f"  crossing pairs:       {len(pairs)}")
     print(f"  intersection energy:  {energy:.6g}  (sum of (tc0 tc1)^2, Eq. 2)")
@@ -141,8 +147,6 @@ def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None
     import tritri_jax as tt
     from tritri_jax.io import write_mesh
 
-    if out_path and os.path.exists(out_path) and not overwrite:
-        raise ValueError(f"{out_path}: exists; pass --overwrite to replace it")
     pairs_before = tt.find_intersections(vertices, faces)
     before = len(pairs_before)
     print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles, {before} crossing pairs")
@@ -151,6 +155,7 @@ def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None
     try:
         result = tt.untangle(vertices, faces, progress=callback, **options)
     finally:
+        clock.stop()
         if bar is not None:
             bar.close()
     print(f"  phase 1 steps:        {int(result.iterations)}")
