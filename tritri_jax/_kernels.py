@@ -289,7 +289,11 @@ def certainly_apart(u: Triangle, v: Triangle, layout=SOA) -> Bool[Array, ""]:
     u, v = ops.points(u), ops.points(v)
     unit = jnp.finfo(u[0][0].dtype).eps / 2
     tiny = jnp.finfo(u[0][0].dtype).tiny
-    same = [[ops.all_of(*(ops.coord(p, c) == ops.coord(q, c) for c in range(3))) for q in v] for p in u]
+    # Bitwise, not ``==``: the CPU backend reads subnormals as zero, so ``==`` would call a vertex
+    # 1e-45 away from the other's vertex shared and skip it. (Bitwise, -0.0 is not 0.0: that only
+    # costs the pipeline an exact test.)
+    bits = lambda x: lax.bitcast_convert_type(x, jnp.int32 if x.dtype == jnp.float32 else jnp.int64)  # noqa: E731
+    same = [[ops.all_of(*(bits(ops.coord(p, c)) == bits(ops.coord(q, c)) for c in range(3))) for q in v] for p in u]
 
     def one_side(tri, other, shared):
         a, b = ops.sub(tri[1], tri[0]), ops.sub(tri[2], tri[0])
