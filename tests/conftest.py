@@ -14,6 +14,15 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("TRITRI_JAX_CACHE", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
+from hypothesis import settings  # noqa: E402
+
+# The suite is reproducible: Hypothesis draws the same examples on every run, so CI on an unchanged
+# tree gives the same verdict. ``pytest --hypothesis-profile=explore`` draws fresh random examples
+# on each run; a counterexample it finds belongs in the test as an ``@example``.
+settings.register_profile("reproducible", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile("reproducible")
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
