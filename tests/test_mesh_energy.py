@@ -1,5 +1,7 @@
 """Layer 3: detection against libigl, the mesh energy's derivatives, the matrix-free Hessian, input checks."""
 
+from fractions import Fraction
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,6 +62,50 @@ def test_folded_flat_shared_edge_pair_is_reported():
     np.testing.assert_array_equal(tt.find_intersections(vertices, faces), [[0, 1]])
     flat = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0.6, -0.8, 0]])
     assert len(tt.find_intersections(flat, faces)) == 0
+
+
+# Two pairs from a deep fold (``scenes.stress_case("fold", 3000, 4)``): a face pair sharing a vertex
+# and one sharing an edge, each folded shut to an opening of about 1e-12 radians. libigl's
+# ``find_self_intersections`` reports both as intersecting; exact arithmetic says they touch only
+# where they share.
+_NEARLY_SHUT = [
+    (
+        [
+            [-0.14865362151324354, -0.2598076211353315, 0.17469247826928339],
+            [-0.09405211209976008, -0.285316954888546, 0.19205280456666],
+            [-0.14074101647910445, -0.2598076211353315, 0.16228413754932625],
+            [-0.1019684507661104, -0.285316954888546, 0.20446700027121448],
+            [-0.11500444462860294, -0.285316954888546, 0.2113112341135368],
+        ],
+        [[0, 1, 3], [2, 3, 4]],
+    ),
+    (
+        [
+            [-0.09405211209976003, 0.2853169548885461, 0.19205280456666],
+            [-0.14865362151324335, 0.2598076211353316, 0.17469247826928344],
+            [-0.10196845076611036, 0.2853169548885461, 0.2044670002712145],
+            [-0.1407410164791043, 0.2598076211353316, 0.16228413754932638],
+        ],
+        [[0, 1, 3], [0, 3, 2]],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_NEARLY_SHUT)))
+def test_nearly_shut_folds_touch_only_where_they_share(case):
+    """The proof, in rationals: the vertices of one face that the other does not have lie strictly
+    on one side of the other's plane, so the face meets that plane only in the shared vertex or
+    edge, and the pair has no other point in common. ``find_intersections`` agrees (no pair)."""
+    vertices, faces = np.array(_NEARLY_SHUT[case][0]), np.array(_NEARLY_SHUT[case][1])
+    exact = lambda i: np.array([Fraction(c) for c in vertices[i]], object)  # noqa: E731
+
+    def strictly_one_side(one, other):
+        normal = np.cross(exact(one[1]) - exact(one[0]), exact(one[2]) - exact(one[0]))
+        sides = [np.dot(exact(i) - exact(one[0]), normal) for i in other if i not in one]
+        return all(s > 0 for s in sides) or all(s < 0 for s in sides)
+
+    assert strictly_one_side(*faces) or strictly_one_side(*faces[::-1])
+    assert len(tt.find_intersections(vertices, faces)) == 0
 
 
 @pytest.fixture(scope="module")
