@@ -185,7 +185,23 @@ class PairSystem(NamedTuple):
 
 
 def pair_system(vertices: Vertices, faces: Faces, pairs, mask, *, margin=0.0) -> PairSystem:
-    """Energy, gradient and factored PSD Gauss-Newton Hessian of the mesh energy over ``pairs``."""
+    """Energy, gradient and factored PSD Gauss-Newton Hessian of the mesh energy over ``pairs``.
+
+    ``pairs`` ``(P, 2)`` face indices and ``mask`` ``(P,)`` which rows hold a pair: the fields of
+    [`candidate_pairs`][tritri_jax.candidate_pairs]' result. For a Newton step of your own:
+    ``system.gradient`` and [`hessian_vector_product`][tritri_jax.hessian_vector_product].
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> vertices = jnp.array([[0., 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, -1], [0.3, 0.2, 1], [0.2, 0.3, 1]])
+    >>> faces = jnp.array([[0, 1, 2], [3, 4, 5]])
+    >>> found = tt.candidate_pairs(vertices, faces, capacity=4)
+    >>> system = tt.pair_system(vertices, faces, found.pairs, jnp.arange(4) < found.count)
+    >>> bool(system.energy > 0), system.gradient.shape, system.corners[0].tolist()
+    (True, (6, 3), [0, 1, 2, 3, 4, 5])
+
+    ```
+    """
     u, v = pair_triangles(vertices, faces, pairs)
     factor = jax.vmap(lambda a, b: gauss_newton_factor(a, b, margin=margin))(u, v)
     corners = faces[jnp.maximum(pairs, 0)].reshape(-1, 6)
@@ -201,7 +217,24 @@ def pair_system(vertices: Vertices, faces: Faces, pairs, mask, *, margin=0.0) ->
 
 
 def hessian_vector_product(system: PairSystem, x: Float[Array, "V 3"]) -> Float[Array, "V 3"]:
-    """$\\left(\\sum_p H_p^+\\right) x$ from the factored blocks, without forming any matrix."""
+    """$\\left(\\sum_p H_p^+\\right) x$ from the factored blocks, without forming any matrix.
+
+    Linear in ``x`` and positive semidefinite: ready for a conjugate-gradient solve
+    (``jax.scipy.sparse.linalg.cg``, or [`newton_cg`][tritri_jax.newton_cg]).
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> vertices = jnp.array([[0., 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, -1], [0.3, 0.2, 1], [0.2, 0.3, 1]])
+    >>> faces = jnp.array([[0, 1, 2], [3, 4, 5]])
+    >>> found = tt.candidate_pairs(vertices, faces, capacity=4)
+    >>> system = tt.pair_system(vertices, faces, found.pairs, jnp.arange(4) < found.count)
+    >>> step = -system.gradient
+    >>> curvature = jnp.vdot(step, tt.hessian_vector_product(system, step))
+    >>> bool(curvature >= 0)
+    True
+
+    ```
+    """
     local = x[system.corners].reshape(-1, 18)
     y = jnp.einsum("pkn,pn->pk", system.basis, local)
     z = jnp.einsum("pkl,pl->pk", system.core, y)
