@@ -66,3 +66,23 @@ def test_notebook_runs(path):
     assert not errors
     images = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert images, f"{path.name} drew no picture"
+
+
+def _public_callables():
+    """Every exported function and class, and the functions of the user-facing modules."""
+    names = [(name, getattr(tt, name)) for name in dir(tt) if not name.startswith("_")]
+    names = [(name, obj) for name, obj in names if not inspect.ismodule(obj)]
+    for module in (tt.scenes, tt.io, tt.viz):
+        names += [
+            (f"{module.__name__}.{name}", obj)
+            for name, obj in vars(module).items()
+            if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == module.__name__
+        ]
+    return names
+
+
+def test_every_public_name_has_a_runnable_example():
+    # the examples themselves run as doctests (pytest --doctest-modules over the package)
+    missing = [name for name, obj in _public_callables() if ">>> " not in (inspect.getdoc(obj) or "")]
+    assert not missing, f"no example in the docstring of {missing}"
+

@@ -48,6 +48,16 @@ class CandidatePairs(NamedTuple):
     - ``pairs``: ``(capacity, 2)`` int32, rows ``(i, j)`` with ``i < j``; rows past ``count`` are ``-1``.
     - ``count``: number of candidates found (may exceed ``capacity``).
     - ``overflowed``: ``count > capacity``: some candidates were not stored; retry with more room.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> vertices = jnp.array([[0., 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, -1], [0.3, 0.2, 1], [0.2, 0.3, 1]])
+    >>> faces = jnp.array([[0, 1, 2], [3, 4, 5]])
+    >>> found = tt.candidate_pairs(vertices, faces, capacity=4)
+    >>> found.pairs[: int(found.count)].tolist(), bool(found.overflowed)
+    ([[0, 1]], False)
+
+    ```
     """
 
     pairs: Int[Array, "capacity 2"]

@@ -39,6 +39,16 @@ class Interval(NamedTuple):
     ``tc0 = ta0 - tb1`` and ``tc1 = ta1 - tb0`` (no halving, unlike the paper's appendix).
     ``valid`` is true when each triangle strictly crosses the other's plane (and neither is
     degenerate nor are they coplanar); where it is false ``tc0 = tc1 = 0``.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> u = jnp.array([[-1., -1, 0], [1, -1, 0], [0, 1, 0]])
+    >>> v = jnp.array([[0., 0, -1], [0, 0, 1], [0, 2, 0]])
+    >>> found = tt.interval(u, v)
+    >>> float(found.tc0), float(found.tc1), bool(found.valid)  # tc0 < 0 < tc1: they cross
+    (-1.0, 3.0, True)
+
+    ```
     """
 
     tc0: Float[Array, ""]
@@ -53,6 +63,18 @@ class GaussNewtonFactor(NamedTuple):
     orthonormal rows spanning the rows of ``jacobian`` and ``core`` is the 2 x 2 PSD projection of
     $R^T K R$ where ``jacobian = R @ basis``. Storing ``basis`` and ``core`` takes 39 numbers instead
     of 324, and a Hessian-vector product costs two 18-vector dot products.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> u = jnp.array([[-1., -1, 0], [1, -1, 0], [0, 1, 0]])
+    >>> v = jnp.array([[0., 0, -1], [0, 0, 1], [0, 2, 0]])
+    >>> f = tt.gauss_newton_factor(u, v)
+    >>> x = jnp.ones(18)  # a direction over (u0, u1, u2, v0, v1, v2)
+    >>> hx = f.basis.T @ (f.core @ (f.basis @ x))  # the projected Hessian times x, no 18 x 18 matrix
+    >>> f.basis.shape, f.core.shape, bool(jnp.vdot(x, hx) >= 0)
+    ((2, 18), (2, 2), True)
+
+    ```
     """
 
     energy: Float[Array, ""]
@@ -363,6 +385,17 @@ def crossing_length(u: Triangle, v: Triangle) -> Scalar:
     intersection curve. It vanishes continuously when a crossing shrinks or a poke retracts, and its
     gradient does not fade as it does, which is why the untangling solver descends on it. 0 when the
     pair does not cross.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> u = jnp.array([[-1., -1, 0], [1, -1, 0], [0, 1, 0]])
+    >>> v = jnp.array([[0., 0, -1], [0, 0, 1], [0, 2, 0]])
+    >>> float(tt.crossing_length(u, v))  # v's edge crosses u from y = 0 to y = 1
+    1.0
+    >>> float(tt.crossing_length(u, v + jnp.array([0., 0, 2])))  # lifted clear of u
+    0.0
+
+    ```
     """
     p = _parts(AOS, u, v)
     length = jnp.minimum(jnp.minimum(p.tc1, -p.tc0), jnp.minimum(p.length_a, p.length_b))
@@ -413,6 +446,17 @@ def gauss_newton_factor(u: Triangle, v: Triangle, *, margin=0.0) -> GaussNewtonF
 
     **Returns:** [`GaussNewtonFactor`][tritri_jax.GaussNewtonFactor]; every field is zero where the
     widened pair does not cross. The gradient and basis are ordered ``(u0, u1, u2, v0, v1, v2)``.
+
+    ```python
+    >>> import jax, jax.numpy as jnp, tritri_jax as tt
+    >>> u = jnp.array([[-1., -1, 0], [1, -1, 0], [0, 1, 0]])
+    >>> v = jnp.array([[0., 0, -1], [0, 0, 1], [0, 2, 0]])
+    >>> f = tt.gauss_newton_factor(u, v)
+    >>> du, dv = jax.grad(tt.pair_energy, argnums=(0, 1))(u, v)
+    >>> bool(jnp.allclose(f.gradient, jnp.concatenate([du.ravel(), dv.ravel()])))
+    True
+
+    ```
     """
     x = jnp.concatenate([u.reshape(-1), v.reshape(-1)])
     jacobian, (tc, valid) = jax.jacrev(_flat_interval, has_aux=True)(x)
@@ -465,6 +509,21 @@ def pair_energy_grad_hessian(u: Triangle, v: Triangle, *, hessian: str = "gauss_
     **Returns:** ``(energy, grad, hess)`` with shapes ``()``, ``(18,)``, ``(18, 18)``, variables
     ordered ``(u0, u1, u2, v0, v1, v2)``. Prefer [`gauss_newton_factor`][tritri_jax.gauss_newton_factor]
     in solvers: it never forms the 18 x 18 matrix.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> u = jnp.array([[-1., -1, 0], [1, -1, 0], [0, 1, 0]])
+    >>> v = jnp.array([[0., 0, -1], [0, 0, 1], [0, 2, 0]])
+    >>> energy, grad, hess = tt.pair_energy_grad_hessian(u, v)
+    >>> w = jnp.linalg.eigvalsh(hess)  # PSD up to round-off
+    >>> float(energy), grad.shape, hess.shape, bool(w.min() > -1e-5 * w.max())
+    (9.0, (18,), (18, 18), True)
+    >>> _, _, exact = tt.pair_energy_grad_hessian(u, v, hessian="exact")  # full Hessian, clamped to PSD
+    >>> w = jnp.linalg.eigvalsh(exact)
+    >>> bool(w.min() > -1e-5 * w.max())
+    True
+
+    ```
     """
     factor = gauss_newton_factor(u, v, margin=margin)
     if hessian == "gauss_newton":

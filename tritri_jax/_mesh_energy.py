@@ -175,6 +175,19 @@ class PairSystem(NamedTuple):
     - ``corners``: ``(P, 6)`` vertex indices of each pair's two faces.
     - ``basis`` ``(P, 2, 18)`` and ``core`` ``(P, 2, 2)``: pair ``p``'s projected Hessian is
       ``basis[p].T @ core[p] @ basis[p]``; inactive pairs have a zero core.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> vertices = jnp.array([[0., 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, -1], [0.3, 0.2, 1], [0.2, 0.3, 1]])
+    >>> faces = jnp.array([[0, 1, 2], [3, 4, 5]])
+    >>> found = tt.candidate_pairs(vertices, faces, capacity=4)
+    >>> system = tt.pair_system(vertices, faces, found.pairs, jnp.arange(4) < found.count)
+    >>> system.corners.shape, system.basis.shape, system.core.shape  # one row per broad-phase slot
+    ((4, 6), (4, 2, 18), (4, 2, 2))
+    >>> bool(jnp.all(system.core[1:] == 0))  # the empty slots add nothing
+    True
+
+    ```
     """
 
     energy: Float[Array, ""]

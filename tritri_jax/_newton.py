@@ -21,6 +21,14 @@ class NewtonResult(NamedTuple):
     energy is not finite, and the loop stops there) at it; ``iterations``
     Newton steps taken; ``cg_iterations`` summed over all steps; ``converged``: the gradient norm
     fell below ``tol``; ``stalled``: no step length in the line search was acceptable.
+
+    ```python
+    >>> import jax.numpy as jnp, tritri_jax as tt
+    >>> result = tt.newton_cg(lambda x: jnp.sum((x - 1.0) ** 2), jnp.zeros(3))
+    >>> bool(result.converged), int(result.iterations) >= 1, float(result.energy) < 1e-8
+    (True, True, True)
+
+    ```
     """
 
     x: Array

@@ -42,6 +42,16 @@ class UntangleOptions(NamedTuple):
     in ``h``; ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
+
+    ```python
+    >>> import tritri_jax as tt
+    >>> options = tt.UntangleOptions(step_fraction=0.1, relax=False)  # defaults for the rest
+    >>> options.max_steps, options.step_fraction, options.relax
+    (150, 0.1, False)
+    >>> sorted(options._asdict())[:3]  # untangle(vertices, faces, **options._asdict()) takes them all
+    ['barrier_weight', 'bending', 'capacity']
+
+    ```
     """
 
     max_steps: int = 150
@@ -84,6 +94,19 @@ class UntangleResult(NamedTuple):
       stationary point, where the implicit gradient is available.
     - ``seconds``: wall time of the solve (compile included on the first call of a shape).
     - ``options``: the [`UntangleOptions`][tritri_jax.UntangleOptions] used.
+
+    ```python
+    >>> import jax, tritri_jax as tt
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> result = tt.untangle(*tt.scenes.two_spheres(6))
+    >>> bool(result.converged), int(result.num_intersections), result.vertices.shape
+    (True, 0, (124, 3))
+    >>> int(result.history[0]) > 0, len(result.history) == int(result.iterations)  # counts per phase-1 step
+    (True, True)
+    >>> bool(result.worst_edge_ratio > 0.3), bool(result.relax_converged)
+    (True, True)
+
+    ```
     """
 
     vertices: Float[Array, "V 3"]

@@ -18,6 +18,17 @@ def read_mesh(path, *, weld: bool = False):
 
     Raises ``ValueError`` naming the file and the problem when it is missing, unreadable, or holds
     no faces.
+
+    ```python
+    >>> import os, tempfile, tritri_jax as tt
+    >>> from tritri_jax.io import read_mesh, write_mesh
+    >>> path = os.path.join(tempfile.mkdtemp(), "spheres.obj")
+    >>> write_mesh(path, *tt.scenes.two_spheres(6))
+    >>> vertices, faces = read_mesh(path)
+    >>> vertices.shape, faces.shape, faces.dtype.name
+    ((124, 3), (240, 3), 'int64')
+
+    ```
     """
     import meshio
 
@@ -47,7 +58,21 @@ def read_mesh(path, *, weld: bool = False):
 
 
 def write_mesh(path, vertices, faces, *, overwrite: bool = False):
-    """Write a triangle mesh (format from the extension). Refuses to replace a file unless ``overwrite``."""
+    """Write a triangle mesh (format from the extension). Refuses to replace a file unless ``overwrite``.
+
+    ```python
+    >>> import os, tempfile, tritri_jax as tt
+    >>> from tritri_jax.io import write_mesh
+    >>> path = os.path.join(tempfile.mkdtemp(), "sphere.ply")
+    >>> vertices, faces = tt.scenes.sphere(6)
+    >>> write_mesh(path, vertices, faces)
+    >>> write_mesh(path, vertices, faces)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: ...sphere.ply: exists; pass overwrite=True (or --overwrite) to replace it
+    >>> write_mesh(path, vertices, faces, overwrite=True)
+
+    ```
+    """
     import meshio
 
     path = os.fspath(path)

@@ -36,7 +36,16 @@ def _grid_faces(rows, cols, wrap_cols=False, wrap_rows=False):
 
 
 def sphere(n: int = 16, radius: float = 1.0, centre=(0.0, 0.0, 0.0)):
-    """A UV sphere with ``n`` latitude bands and ``2n`` longitudes: a closed mesh free of intersections."""
+    """A UV sphere with ``n`` latitude bands and ``2n`` longitudes: a closed mesh free of intersections.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.sphere(8)
+    >>> vertices.shape, faces.shape
+    ((114, 3), (224, 3))
+
+    ```
+    """
     lat = np.pi * np.arange(1, n) / n
     lon = 2 * np.pi * np.arange(2 * n) / (2 * n)
     theta, phi = np.meshgrid(lat, lon, indexing="ij")
@@ -53,7 +62,16 @@ def sphere(n: int = 16, radius: float = 1.0, centre=(0.0, 0.0, 0.0)):
 
 
 def two_spheres(n: int = 16, overlap: float = 0.5):
-    """Two unit spheres whose centres are ``2 - overlap`` apart: one mesh with two components."""
+    """Two unit spheres whose centres are ``2 - overlap`` apart: one mesh with two components.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.two_spheres(8, overlap=0.5)
+    >>> vertices.shape, faces.shape
+    ((228, 3), (448, 3))
+
+    ```
+    """
     va, fa = sphere(n, centre=(-(1 - overlap / 2), 0, 0))
     vb, fb = sphere(n, centre=(1 - overlap / 2, 0.05, 0.03))
     return np.concatenate([va, vb]), np.concatenate([fa, fb + len(va)]).astype(np.int32)
@@ -61,7 +79,16 @@ def two_spheres(n: int = 16, overlap: float = 0.5):
 
 def folded_sheet(n: int = 24, wrap: float = 1.2):
     """A sheet rolled around an axis by ``wrap`` turns; its radius varies across the sheet, so the
-    overlapping flap passes through the layer beneath it along a curve (cloth folded through itself)."""
+    overlapping flap passes through the layer beneath it along a curve (cloth folded through itself).
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.folded_sheet(12)
+    >>> vertices.shape, faces.shape
+    ((288, 3), (506, 3))
+
+    ```
+    """
     s, t = np.meshgrid(np.linspace(0, 1, 2 * n), np.linspace(0, 1, n), indexing="ij")
     angle = 2 * np.pi * wrap * s
     radius = 1 + 0.35 * (t - 0.5) * np.sign(s - 0.5) + 0.05 * s
@@ -71,7 +98,16 @@ def folded_sheet(n: int = 24, wrap: float = 1.2):
 
 def twisted_torus(n: int = 16, twists: int = 1):
     """A torus whose elliptical tube (semi-axes 1.25 and 0.4 of the major radius) turns ``twists``
-    half-turns around the loop: where the long axis points inwards, the tube passes through itself."""
+    half-turns around the loop: where the long axis points inwards, the tube passes through itself.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.twisted_torus(8, twists=1)
+    >>> vertices.shape, faces.shape
+    ((192, 3), (384, 3))
+
+    ```
+    """
     u, v = np.meshgrid(2 * np.pi * np.arange(3 * n) / (3 * n), 2 * np.pi * np.arange(n) / n, indexing="ij")
     twist = 0.5 * twists * u
     a, b = 1.25 * np.cos(v), 0.4 * np.sin(v)
@@ -83,7 +119,16 @@ def twisted_torus(n: int = 16, twists: int = 1):
 
 
 def crumpled_sheet(n: int = 32, amplitude: float = 0.35, seed: int = 0):
-    """A square sheet displaced by smooth random noise strong enough to fold it through itself."""
+    """A square sheet displaced by smooth random noise strong enough to fold it through itself.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.crumpled_sheet(16, seed=3)
+    >>> vertices.shape, faces.shape
+    ((256, 3), (450, 3))
+
+    ```
+    """
     rng = np.random.default_rng(seed)
     s, t = np.meshgrid(np.linspace(0, 1, n), np.linspace(0, 1, n), indexing="ij")
     points = np.stack([s, t, np.zeros_like(s)], -1)
@@ -98,14 +143,32 @@ def crumpled_sheet(n: int = 32, amplitude: float = 0.35, seed: int = 0):
 
 
 def torus(n: int = 16, major: float = 1.0, minor: float = 0.4):
-    """A torus around the ``z`` axis, ``3n`` cells around the loop and ``n`` around the tube: closed, clean."""
+    """A torus around the ``z`` axis, ``3n`` cells around the loop and ``n`` around the tube: closed, clean.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.torus(8)
+    >>> vertices.shape, faces.shape
+    ((192, 3), (384, 3))
+
+    ```
+    """
     return graded_torus(n, major, minor, grading=1.0)
 
 
 def graded_torus(n: int = 16, major: float = 1.0, minor: float = 0.4, grading: float = 1000.0):
     """A torus whose cells along the loop grow geometrically, the largest ``grading`` times the smallest
     (both ways from one point), so that the mesh holds long slivers beside a fine patch: a clean but
-    uneven (CAD-like) surface."""
+    uneven (CAD-like) surface.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.graded_torus(8, grading=1000.0)
+    >>> vertices.shape, faces.shape
+    ((192, 3), (384, 3))
+
+    ```
+    """
     cells = 3 * n
     half = np.arange(cells // 2 + 1) / max(cells // 2, 1)
     widths = grading ** np.concatenate([half[: cells // 2], half[cells // 2 : 0 : -1]][:cells])[:cells]
@@ -121,7 +184,16 @@ def graded_torus(n: int = 16, major: float = 1.0, minor: float = 0.4, grading: f
 def capsule(n: int = 16, radius: float = 0.3, length: float = 2.0):
     """A cylinder of ``radius`` along ``z`` with hemispherical caps, ``length`` from cap to cap, its rings
     spaced evenly by arc length (``2n`` vertices each): a thin closed part (a leg, a handle) when
-    ``radius`` is small."""
+    ``radius`` is small.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.capsule(8)
+    >>> vertices.shape, faces.shape
+    ((306, 3), (608, 3))
+
+    ```
+    """
     straight = max(length - 2 * radius, 0.0)
     total = np.pi * radius + straight
     cols = 2 * n
@@ -149,7 +221,16 @@ def capsule(n: int = 16, radius: float = 0.3, length: float = 2.0):
 
 def knot_tube(n: int = 16, p: int = 2, q: int = 3, tube: float = 0.12):
     """A tube of radius ``tube`` around the ``(p, q)`` torus knot on a torus of radii 1 and 0.4
-    (``(2, 3)``: the trefoil), ``8 n`` rings of ``n`` vertices: closed and, for a thin tube, clean."""
+    (``(2, 3)``: the trefoil), ``8 n`` rings of ``n`` vertices: closed and, for a thin tube, clean.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.knot_tube(8, p=2, q=3)  # a trefoil tube
+    >>> vertices.shape, faces.shape
+    ((512, 3), (1024, 3))
+
+    ```
+    """
     t = 2 * np.pi * np.arange(8 * n) / (8 * n)
     radial = np.stack([np.cos(q * t) * np.cos(p * t), np.cos(q * t) * np.sin(p * t), np.sin(q * t)], -1)
     centre = np.stack([np.cos(p * t), np.sin(p * t), np.zeros_like(t)], -1) + 0.4 * radial
@@ -179,7 +260,16 @@ def _rotation(rng):
 def overlapping_copies(vertices, faces, depth: float = 0.3, seed: int = 0):
     """Two copies of a closed mesh, the second turned at random and moved so that the two overlap by
     ``depth`` of their extent along the move (``depth`` 0.05-0.5: shallow to deep): one mesh, two
-    components."""
+    components.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.overlapping_copies(*scenes.torus(8), depth=0.3, seed=1)
+    >>> vertices.shape, faces.shape
+    ((384, 3), (768, 3))
+
+    ```
+    """
     rng = np.random.default_rng(seed)
     centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
     turned = centred @ _rotation(rng).T
@@ -194,7 +284,17 @@ def bend(vertices, angle: float = 2.5, radius: float = 0.1, start: float = 0.0):
     """Bend a mesh along ``z`` around an axis parallel to ``y`` through ``(-radius, 0, start)``: the part
     above ``start`` turns by up to ``angle`` on an arc of ``radius``. A bend tighter than the part's
     thickness folds the inner side through itself, and past ``pi / 2`` the upper part comes down onto
-    the lower one (a deep fold)."""
+    the lower one (a deep fold).
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.capsule(8)
+    >>> vertices = scenes.bend(vertices, angle=2.5, radius=0.1)
+    >>> vertices.shape, faces.shape
+    ((306, 3), (608, 3))
+
+    ```
+    """
     x, y, z = vertices.T
     arc = max(angle * radius, 1e-12)
     s = np.clip(z - start, 0, arc)
@@ -210,7 +310,17 @@ def bend(vertices, angle: float = 2.5, radius: float = 0.1, start: float = 0.0):
 def poke(vertices, faces, depth: float = 2.0, width: float = 0.4, seed: int = 0):
     """Push a smooth bump into a closed mesh at a random vertex, along its inward normal, ``depth`` times
     the mesh's thickness there, a Gaussian ``width`` times that thickness wide: past a depth of about
-    1.2 the bump passes through the opposite wall."""
+    1.2 the bump passes through the opposite wall.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.capsule(8)
+    >>> vertices = scenes.poke(vertices, faces, depth=2.0, seed=0)
+    >>> vertices.shape, faces.shape
+    ((306, 3), (608, 3))
+
+    ```
+    """
     rng = np.random.default_rng(seed)
     corners = vertices[faces]
     face_normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
@@ -234,7 +344,16 @@ def poke(vertices, faces, depth: float = 2.0, width: float = 0.4, seed: int = 0)
 
 def scatter_copies(vertices, faces, count: int = 4, spread: float = 1.2, seed: int = 0):
     """``count`` copies of a mesh, each turned at random and placed at random in a box ``spread`` times
-    the mesh's extent, so that several overlap: one mesh with ``count`` components."""
+    the mesh's extent, so that several overlap: one mesh with ``count`` components.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.scatter_copies(*scenes.sphere(6), count=4, seed=0)
+    >>> vertices.shape, faces.shape
+    ((248, 3), (480, 3))
+
+    ```
+    """
     rng = np.random.default_rng(seed)
     centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
     extent = np.ptp(centred, axis=0).max()
@@ -262,6 +381,14 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
 
     Every case intersects itself: a draw whose parts miss each other (a torus copy threaded through
     the other's hole, say) is drawn again from the same generator, so a seed always gives one case.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.stress_case("fold", 2000, seed=0)
+    >>> vertices.shape, faces.shape
+    ((1010, 3), (2016, 3))
+
+    ```
     """
     if family not in STRESS_FAMILIES:
         raise ValueError(f"unknown stress family {family!r}; expected one of {STRESS_FAMILIES}")
