@@ -87,7 +87,7 @@ def adjacent_face_pairs(faces) -> np.ndarray:
     """``(A, 2)`` int32, ``i < j``: the face pairs that share one vertex or two (an edge), each once
     (eager, NumPy). Phase 2's broad phase skips them: their boxes always meet, and on the benchmark
     meshes they were three quarters of the neighbours at small reach and most of every close-pair
-    search (docs/untangling.md, "Phase 2: neighbour lists")."""
+    search (docs/untangling.md, "Neighbour lists and close pairs")."""
     faces = np.asarray(faces, np.int64)
     if len(faces) < 2:
         return np.zeros((0, 2), np.int32)
