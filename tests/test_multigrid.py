@@ -20,18 +20,25 @@ def stiffness():
     return stiffness_matrix(vertices, unique_edges(faces))
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_ell_product_equals_scipy(wide):
-    """Narrow matrices are multiplied slot by slot, wide ones (past ``UNROLLED_SLOTS``) by one gather."""
+@pytest.mark.parametrize("kind", ["narrow", "wide", "outlier"])
+def test_ell_product_equals_scipy(kind):
+    """Narrow matrices are multiplied slot by slot, wide ones (past ``UNROLLED_SLOTS``) by one gather;
+    a row far fuller than the rest (a UV sphere's pole) keeps its surplus apart (``Ell.extra``)."""
     rng = np.random.default_rng(0)
     matrix = sp.random(50, 40, density=0.1, random_state=rng, format="lil")
     matrix[7] = 0  # an empty row
-    if wide:
+    if kind == "wide":
+        for row in range(10):
+            matrix[row] = rng.normal(size=40)
+    if kind == "outlier":
         matrix[3] = rng.normal(size=40)
     matrix = matrix.tocsr()
-    assert (np.diff(matrix.indptr).max() > UNROLLED_SLOTS) == wide
+    product = ell(matrix, jnp.float64)
+    assert (product.cols.shape[1] > UNROLLED_SLOTS) == (kind == "wide")
+    assert bool(product.extra) == (kind == "outlier")
     x = rng.normal(size=(40, 3))
-    np.testing.assert_allclose(np.asarray(ell(matrix, jnp.float64)(jnp.asarray(x))), matrix @ x, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(product(jnp.asarray(x))), matrix @ x, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(product(jnp.asarray(x[:, 0]))), matrix @ x[:, 0], atol=1e-12)
 
 
 def test_v_cycle_is_symmetric_positive_definite(stiffness):

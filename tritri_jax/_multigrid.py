@@ -12,25 +12,36 @@ gathers and a row sum (``Ell``): no scatter, which is slow on CPUs under XLA.
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from ._sizes import shape_bucket
 from ._types import Array
 
 
 class Ell(eqx.Module):
-    """A sparse matrix in ELLPACK form: row ``i`` of the product is ``sum_k data[i, k] * x[cols[i, k]]``."""
+    """A sparse matrix in ELLPACK form: row ``i`` of the product is ``sum_k data[i, k] * x[cols[i, k]]``,
+    plus ``extra``: the entries of rows far fuller than the rest (a UV sphere's poles), as
+    ``(rows, cols, data)`` summed by a scatter, so that a few such rows do not widen every row."""
 
     cols: Array  # (n, k) int32; padding entries point at row i itself with data 0
     data: Array  # (n, k)
+    extra: tuple = ()  # (rows, cols, data), each (m,); padding entries have data 0
 
     def __call__(self, x):
         width = self.cols.shape[1]
         if width > UNROLLED_SLOTS:
-            return jnp.einsum("nk,nk...->n...", self.data, x[self.cols])
-        data = self.data.reshape(self.data.shape + (1,) * (x.ndim - 1))
-        return sum(data[:, k] * x[self.cols[:, k]] for k in range(width))
+            y = jnp.einsum("nk,nk...->n...", self.data, x[self.cols])
+        else:
+            data = self.data.reshape(self.data.shape + (1,) * (x.ndim - 1))
+            y = sum(data[:, k] * x[self.cols[:, k]] for k in range(width))
+        if self.extra:
+            rows, cols, values = self.extra
+            values = values.reshape(values.shape + (1,) * (x.ndim - 1))
+            y = y + jax.ops.segment_sum(values * x[cols], rows, num_segments=self.cols.shape[0])
+        return y
 
 
 # Up to this width a product is a sum over the slots of gathered rows, one gather per slot (also the
@@ -43,16 +54,33 @@ UNROLLED_SLOTS = 32
 
 def ell(matrix, dtype, width=None) -> Ell:
     """``matrix`` (any scipy sparse matrix) in ELLPACK form, as many slots per row as its fullest row
-    has; ``width``: a function of that count giving the slot count to use instead (a bucket)."""
+    has; ``width``: a function of that count giving the slot count to use instead (a bucket).
+
+    Where the fullest rows hold more than twice the entries of 99 % of the rows (a vertex of very
+    high valence), the slots cover those 99 % and the rest goes to ``Ell.extra`` (its length
+    rounded up by ``_sizes.shape_bucket``): on a 31k-face UV sphere, whose poles have 124
+    neighbours, the Laplacian's slots fell from 128 to 8."""
     csr = sp.csr_matrix(matrix)
     counts = np.diff(csr.indptr)
-    width = (width or (lambda k: k))(max(int(counts.max(initial=0)), 1))
+    most = max(int(counts.max(initial=0)), 1)
+    typical = max(int(np.quantile(counts, 0.99, method="lower")) if len(counts) else 1, 1)
+    width = (width or (lambda k: k))(typical if most > 2 * typical else most)
     rows = np.repeat(np.arange(csr.shape[0]), counts)
     slot = np.arange(csr.nnz) - np.repeat(csr.indptr[:-1], counts)
     cols = np.tile(np.arange(csr.shape[0])[:, None], (1, width))
     data = np.zeros((csr.shape[0], width))
-    cols[rows, slot], data[rows, slot] = csr.indices, csr.data
-    return Ell(jnp.asarray(cols, jnp.int32), jnp.asarray(data, dtype))
+    inside = slot < width
+    cols[rows[inside], slot[inside]], data[rows[inside], slot[inside]] = csr.indices[inside], csr.data[inside]
+    extra = ()
+    if not inside.all():
+        size = shape_bucket(int((~inside).sum()))
+        pad = size - int((~inside).sum())
+        extra = (
+            jnp.asarray(np.concatenate([rows[~inside], np.zeros(pad, int)]), jnp.int32),
+            jnp.asarray(np.concatenate([csr.indices[~inside], np.zeros(pad, int)]), jnp.int32),
+            jnp.asarray(np.concatenate([csr.data[~inside], np.zeros(pad)]), dtype),
+        )
+    return Ell(jnp.asarray(cols, jnp.int32), jnp.asarray(data, dtype), extra)
 
 
 class Multigrid(eqx.Module):
