@@ -77,6 +77,17 @@ def test_a_budget_too_small_reports_failure_not_success():
     assert int(result.num_intersections) == len(tt.find_intersections(np.asarray(result.vertices), faces)) > 0
 
 
+def test_a_full_detection_buffer_is_no_best_state():
+    """A first step whose broad-phase buffer overflows undercounts the crossings; phase 1 grows the
+    buffer and goes on, and its best state is one it counted in full (it was pinned to the input)."""
+    vertices, faces = tt.scenes.two_spheres(6)
+    before = len(tt.find_intersections(vertices, faces))
+    result = tt.untangle(vertices, faces, max_steps=3, restarts=0, capacity=8, relax=False)
+    assert not bool(result.converged)
+    assert 0 < int(result.num_intersections) < before
+    assert float(result.max_displacement) > 0
+
+
 def test_relax_restores_shape_and_stays_certified():
     vertices, faces = tt.scenes.two_spheres(6)
     raw = tt.untangle(vertices, faces, relax=False)

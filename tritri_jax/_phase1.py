@@ -125,10 +125,13 @@ def _phase1(
     def body(s):
         pairs, crossing, overflowed = crossing_pairs(s.x, faces, capacities, num_faces)
         count = jnp.sum(crossing).astype(jnp.int32)
-        improved = count < s.best_count
+        # a full buffer undercounts: such a count is no minimum (it would pin the best state to the
+        # point where the buffer overflowed, whatever later steps reach); the wrapper grows the
+        # buffers and resumes from this state
+        improved = (count < s.best_count) & ~overflowed
         best_x = jnp.where(improved, s.x, s.best_x)
-        best_count = jnp.minimum(count, s.best_count)
-        stall = jnp.where(improved, 0, s.stall + 1)
+        best_count = jnp.where(improved, count, s.best_count)
+        stall = jnp.where(improved, 0, s.stall + ~overflowed)
         lam = jnp.where(stall >= patience, jnp.maximum(s.smoothing / 2, min_smoothing), s.smoothing)
         stall = jnp.where(stall >= patience, 0, stall)
         length, g = length_gradient(s.x, faces, pairs, crossing)
