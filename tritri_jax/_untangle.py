@@ -127,6 +127,11 @@ class UntangleResult(NamedTuple):
     options: UntangleOptions
 
 
+# The options that shape compiled code (static arguments, buffer sizes): calls that differ only in
+# the others (step, smoothing, weights) run the same executables, so they never release them.
+_STATIC_OPTIONS = ("max_steps", "min_smoothing", "patience", "cg_iters", "method", "paper_rounds", "relax")
+_STATIC_OPTIONS += ("relax_iters", "relax_polish", "relax_cg_iters", "capacity")
+
 _STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
 
 
@@ -287,7 +292,8 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1, setup=None):
 
 def _solve(v_np, f_np, settings: UntangleOptions, progress):
     # Phase 2's shapes follow the connectivity, not only the counts: the key holds the faces.
-    release_if_crowded(("untangle", v_np.shape, str(v_np.dtype), hash(np.asarray(f_np).tobytes()), repr(settings)))
+    static = tuple(getattr(settings, name) for name in _STATIC_OPTIONS)
+    release_if_crowded(("untangle", v_np.shape, str(v_np.dtype), hash(np.asarray(f_np).tobytes()), static))
     start = time.perf_counter()
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
