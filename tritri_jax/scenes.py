@@ -6,8 +6,9 @@ the dtype you work in. The meshes are deterministic (the random ones take a ``se
 
 Besides the four built-in scenes (``SCENES``) there are clean closed surfaces (``sphere``, ``torus``,
 ``capsule``, ``knot_tube``, ``graded_torus``), ways to make them intersect (``overlapping_copies``,
-``bend``, ``poke``, ``scatter_copies``) and the stress families built from them (``stress_case``:
-one family at about a given face count, drawn from a seed), which `benchmarks/stress.py` runs.
+``bend``, ``poke``, ``scatter_copies``), the stress families built from them (``stress_case``:
+one family at about a given face count, drawn from a seed), which `benchmarks/stress.py` runs, and
+``subdivide`` (the same surface with four times the faces, its crossings unchanged).
 
 ```python
 >>> from tritri_jax import scenes
@@ -278,6 +279,33 @@ def overlapping_copies(vertices, faces, depth: float = 0.3, seed: int = 0):
     extent = 0.5 * (np.ptp(centred @ direction) + np.ptp(turned @ direction))
     moved = turned + (1 - depth) * extent * direction
     return np.concatenate([centred, moved]), np.concatenate([faces, faces + len(vertices)]).astype(np.int32)
+
+
+def subdivide(vertices, faces, times: int = 1):
+    """Split every triangle into four at its edge midpoints, ``times`` times: the same surface (every
+    new vertex lies on an old edge, so the geometry and its crossings are unchanged) with four times
+    the faces each time. Shared edges get one midpoint, so a closed mesh stays closed.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.subdivide(*scenes.two_spheres(6), times=2)
+    >>> vertices.shape, faces.shape
+    ((1924, 3), (3840, 3))
+
+    ```
+    """
+    vertices, faces = np.asarray(vertices, np.float64), np.asarray(faces, np.int32)
+    for _ in range(times):
+        edges = np.sort(faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
+        unique, inverse = np.unique(edges, axis=0, return_inverse=True)
+        middle = len(vertices) + inverse.reshape(-1, 3)  # the midpoints of edges (0 1), (1 2), (2 0)
+        vertices = np.concatenate([vertices, 0.5 * (vertices[unique[:, 0]] + vertices[unique[:, 1]])])
+        a, b, c = faces.T
+        ab, bc, ca = middle.T
+        faces = np.concatenate(
+            [np.stack(t, axis=1) for t in ((a, ab, ca), (ab, b, bc), (ca, bc, c), (ab, bc, ca))]
+        ).astype(np.int32)
+    return vertices, faces
 
 
 def bend(vertices, angle: float = 2.5, radius: float = 0.1, start: float = 0.0):
