@@ -41,6 +41,23 @@ def test_both_phases_on_an_isir_mesh(benchmark_dir):
     assert float(result.max_displacement) < 0.1
 
 
+def test_a_refined_mesh_takes_a_comparable_number_of_steps():
+    """Resolution independence of phase 1: the same surface with every triangle split in four (the
+    same crossings, four times the faces) untangles in about as many steps, because phase 1 steps
+    and smooths in ``resolution`` units where the mesh is finer. Small meshes, so ``resolution`` is
+    raised to sit between their mean edges (0.08 and 0.04 of the diagonal); ``benchmarks/resolution.py``
+    measures the defaults at 2k-32k faces. In edge lengths (``resolution=0``) it takes more."""
+    vertices, faces = tt.scenes.stress_case("overlap", 500, seed=0)
+    fine_vertices, fine_faces = tt.scenes.subdivide(vertices, faces)
+    coarse = tt.untangle(vertices, faces, relax=False, resolution=0.06)
+    fine = tt.untangle(fine_vertices, fine_faces, relax=False, resolution=0.06)
+    in_edges = tt.untangle(fine_vertices, fine_faces, relax=False, resolution=0.0)
+    _assert_certified(coarse, faces)
+    _assert_certified(fine, fine_faces)
+    assert int(fine.iterations) <= 1.5 * int(coarse.iterations) + 2
+    assert int(fine.iterations) < int(in_edges.iterations)
+
+
 @pytest.mark.parametrize("name", sorted(tt.scenes.SCENES))
 @pytest.mark.parametrize("size", [10, 16])
 def test_untangles_every_scene_at_two_sizes(name, size):

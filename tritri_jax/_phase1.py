@@ -1,20 +1,23 @@
-"""Layer 4: phase 1 of ``untangle``: smoothed descent on the length of the intersection curve.
+r"""Layer 4: phase 1 of ``untangle``: smoothed descent on the length of the intersection curve.
 
 Phase 1 recipe (DESIGN.md §1, "What did reach zero"): on a mesh scaled to unit bounding-box
-diagonal, with ``h`` its mean edge length, each step
+diagonal, with ``u = max(h, resolution)`` its length unit (``h`` the mean edge length), each step
 
 1. re-detects the crossing pairs (broad phase, plane-side early-out and float predicate, inside
    ``jit``, each stage on the previous one's survivors only);
-2. takes the gradient ``g`` of the summed crossing-segment length $\\sum \\ell$ on the crossing
+2. takes the gradient ``g`` of the summed crossing-segment length $\sum \ell$ on the crossing
    pairs (it vanishes continuously as a crossing shrinks or a poke retracts, and does not fade);
-3. smooths it in the metric of the mesh Laplacian, $d = -(I + \\lambda L)^{-2} g$, two matrix-free
-   CG solves ("large steps", Nicolet et al. 2021);
-4. scales the step so the largest vertex move is ``step_fraction * h`` (no line search);
-5. halves $\\lambda$ (down to ``min_smoothing``) when ``patience`` steps set no new minimum of the
-   crossing count, and keeps the best state seen;
-6. if ``max_steps`` pass without reaching zero, starts over from the input with half the step
-   (``restarts`` times): measured, a fixed 0.2 h step left the three-twist knot oscillating around
-   50 pairs for 400 steps, while 0.1 h untangled it in 30 (docs/untangling.md).
+3. smooths it in the metric of the mesh Laplacian, $d = -(I + \lambda L)^{-2} g$, two matrix-free
+   CG solves ("large steps", Nicolet et al. 2021), $\lambda$ in squared edge rings times
+   $(u / h)^2$ so that a finer mesh smooths over as much of the surface;
+4. scales the step so the largest vertex move is ``step_fraction * u`` (no line search);
+5. halves $\lambda$ (down to ``min_smoothing``) when ``patience`` steps have not taken a tenth off
+   the crossing count, and keeps the best state seen (counted with no buffer full);
+6. if ``max_steps`` pass without reaching zero, starts over from the input with another recipe
+   (``restarts`` times): a quarter of the smoothing, then half the step with the full smoothing,
+   alternately. Measured: a fixed 0.2 h step left the three-twist knot oscillating around 50 pairs
+   for 400 steps, while 0.1 h untangled it in 30; a deep fold that 80 rings of smoothing left at 61
+   pairs untangled with 20 (docs/untangling.md).
 
 It stops when the float predicate finds no crossing pair; the eager wrapper then certifies the
 result with the exact detection of ``find_intersections`` and resumes if that disagrees.
@@ -80,6 +83,7 @@ class _State(NamedTuple):
     count: Array
     smoothing: Array
     stall: Array
+    reference: Array  # the count when the stall counter was last reset
     step: Array
     history: Array
     lengths: Array
@@ -95,11 +99,11 @@ def _phase1(
     state,
     step_fraction,
     step_limit,
+    min_smoothing,
+    cg_iters,
     *,
     capacities,
-    min_smoothing,
     patience,
-    cg_iters,
 ):
     """Phase-1 steps from ``state`` until no float crossing, ``step_limit`` steps, or an overflow.
 
@@ -131,8 +135,12 @@ def _phase1(
         improved = (count < s.best_count) & ~overflowed
         best_x = jnp.where(improved, s.x, s.best_x)
         best_count = jnp.where(improved, count, s.best_count)
-        stall = jnp.where(improved, 0, s.stall + ~overflowed)
+        # progress is a tenth off the count since the last reset, not any new minimum: a count that
+        # creeps down (a deep fold's) halves the smoothing as a stalled one does
+        progress = improved & (10 * count <= 9 * s.reference)
+        stall = jnp.where(progress, 0, s.stall + ~overflowed)
         lam = jnp.where(stall >= patience, jnp.maximum(s.smoothing / 2, min_smoothing), s.smoothing)
+        reference = jnp.where(progress | (stall >= patience), count, s.reference)  # (no reset when overflowed)
         stall = jnp.where(stall >= patience, 0, stall)
         length, g = length_gradient(s.x, faces, pairs, crossing)
         d = -smooth(g, lam)
@@ -146,6 +154,7 @@ def _phase1(
             count=count,
             smoothing=lam,
             stall=stall,
+            reference=reference,
             step=s.step + moving.astype(jnp.int32),
             history=s.history.at[s.step].set(count, mode="drop"),
             lengths=s.lengths.at[s.step].set(length, mode="drop"),
@@ -155,7 +164,7 @@ def _phase1(
     return lax.while_loop(cond, body, state)
 
 
-phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "min_smoothing", "patience", "cg_iters"))
+phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "patience"))
 
 
 def run_phase1(problem, settings, progress):
@@ -169,16 +178,26 @@ def run_phase1(problem, settings, progress):
     theta, faces = (jnp.asarray(a) for a in pad_mesh(np.asarray(problem.theta), np.asarray(problem.faces)))
     capacities = Capacities.for_faces(faces.shape[0], settings.capacity)
     laplace = ell(laplacian_matrix(problem.edges_np, theta.shape[0]), dtype, width=slot_bucket)
-    histories, lengths, total_steps, fraction = [], [], 0, settings.step_fraction
+    # phase 1's length unit: the mean edge length, or ``resolution`` where the mesh is finer, so that
+    # a fine mesh steps (and smooths, over as much of the surface) as a coarser one of the same shape
+    unit = max(problem.h, settings.resolution)
+    rings = (unit / problem.h) ** 2  # the smoothing's lambda counts squared edge rings
+    cg_iters = jnp.int32(np.ceil(settings.cg_iters * unit / problem.h))  # CG's reach in rings: sqrt(lambda)
+    histories, lengths, total_steps = [], [], 0
     chunk = 10 if progress else settings.max_steps
-    for _ in range(settings.restarts + 1):
+    for attempt in range(settings.restarts + 1):
+        # each attempt after the first changes what moves: a quarter of the smoothing (more local
+        # moves), then half the step with the full smoothing, and so on alternately
+        fraction = settings.step_fraction / 2 ** (attempt // 2)
+        smoothing = settings.smoothing / 4 ** (attempt % 2)
         state = _State(
             x=theta,
             best_x=theta,
             best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
             count=jnp.int32(-1),
-            smoothing=jnp.asarray(settings.smoothing, dtype),
+            smoothing=jnp.asarray(smoothing * rings, dtype),
             stall=jnp.int32(0),
+            reference=jnp.int32(jnp.iinfo(jnp.int32).max // 10),
             step=jnp.int32(0),
             history=jnp.full((settings.max_steps,), -1, jnp.int32),
             lengths=jnp.zeros((settings.max_steps,), dtype),
@@ -191,14 +210,14 @@ def run_phase1(problem, settings, progress):
                 faces,
                 np.int32(num_faces),
                 laplace,
-                problem.h,
+                unit,
                 state,
                 jnp.asarray(fraction, dtype),
                 jnp.int32(limit),
+                jnp.asarray(settings.min_smoothing * rings, dtype),
+                cg_iters,
                 capacities=capacities,
-                min_smoothing=settings.min_smoothing,
                 patience=settings.patience,
-                cg_iters=settings.cg_iters,
             )
             if bool(state.overflowed):
                 capacities = capacities.doubled()
@@ -219,5 +238,4 @@ def run_phase1(problem, settings, progress):
         lengths.append(np.asarray(state.lengths[: int(state.step)]))
         if len(remaining) == 0:
             break
-        fraction /= 2  # start over from the input with shorter steps
     return x1, remaining, total_steps, (np.concatenate(histories), np.concatenate(lengths))

@@ -29,9 +29,15 @@ class UntangleOptions(NamedTuple):
     """The options of [`untangle`][tritri_jax.untangle] (its keyword arguments), with their defaults.
 
     Phase 1: ``max_steps`` per attempt; ``restarts``: attempts after the first that did not reach zero,
-    each from the input with half the step; ``smoothing``: the initial $\\lambda$ of $(I + \\lambda L)^{-2}$,
-    halved down to ``min_smoothing`` after ``patience`` steps without a new minimum; ``step_fraction``:
-    the largest vertex move per step, in mean edge lengths ``h``; ``cg_iters`` per smoothing solve.
+    each from the input, with a quarter of the smoothing and half the step alternately;
+    ``smoothing``: the initial $\\lambda$ of $(I + \\lambda L)^{-2}$, halved down to ``min_smoothing``
+    after ``patience`` steps that did not take a tenth off the crossing count; ``step_fraction``:
+    the largest vertex move per step; ``cg_iters`` per smoothing solve. The smoothing counts in
+    squared edge rings and the step in phase 1's length unit, the mean edge length ``h`` or
+    ``resolution`` (a fraction of the bounding-box diagonal) where the mesh is finer: a finer mesh then
+    steps as far and smooths over as much of the surface as one at ``resolution``, so its step count
+    does not grow with its face count (the smoothing in ``(resolution / h)^2`` rings, ``cg_iters``
+    times ``resolution / h`` CG iterations); ``resolution=0``: always ``h``.
     ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
     $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
     Phase 2: ``relax`` (run it); up to ``relax_iters + relax_polish`` Newton steps, with a PSD
@@ -59,6 +65,7 @@ class UntangleOptions(NamedTuple):
     smoothing: float = 80.0
     min_smoothing: float = 1.25
     step_fraction: float = 0.2
+    resolution: float = 0.02
     patience: int = 10
     cg_iters: int = 50
     method: str = "length"
@@ -129,8 +136,8 @@ class UntangleResult(NamedTuple):
 
 # The options that shape compiled code (static arguments, buffer sizes): calls that differ only in
 # the others (step, smoothing, weights) run the same executables, so they never release them.
-_STATIC_OPTIONS = ("max_steps", "min_smoothing", "patience", "cg_iters", "method", "paper_rounds", "relax")
-_STATIC_OPTIONS += ("relax_iters", "relax_polish", "relax_cg_iters", "capacity")
+_STATIC_OPTIONS = ("max_steps", "patience", "method", "paper_rounds", "relax", "relax_iters")
+_STATIC_OPTIONS += ("relax_polish", "relax_cg_iters", "capacity")
 
 _STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
 
