@@ -4,6 +4,7 @@ import importlib.util
 import inspect
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -72,7 +73,7 @@ def _public_callables():
     """Every exported function and class, and the functions of the user-facing modules."""
     names = [(name, getattr(tt, name)) for name in dir(tt) if not name.startswith("_")]
     names = [(name, obj) for name, obj in names if not inspect.ismodule(obj)]
-    for module in (tt.scenes, tt.io, tt.viz):
+    for module in (importlib.import_module(f"tritri_jax.{name}") for name in ("scenes", "io", "viz")):
         names += [
             (f"{module.__name__}.{name}", obj)
             for name, obj in vars(module).items()
@@ -86,3 +87,14 @@ def test_every_public_name_has_a_runnable_example():
     missing = [name for name, obj in _public_callables() if ">>> " not in (inspect.getdoc(obj) or "")]
     assert not missing, f"no example in the docstring of {missing}"
 
+
+def test_readme_figures_are_the_benchmark_pages():
+    # every measured figure in the README's results (numbers with a decimal point, percentages and
+    # "N of M" counts) stands in docs/benchmarks.md, where the benchmark scripts write their tables
+    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    begin, end = readme.index("<!-- figures:begin -->"), readme.index("<!-- figures:end -->")
+    figures = re.findall(r"\d[\d,]*\.\d+|\d+ of \d+|\d+%", readme[begin:end])
+    assert len(figures) >= 5
+    stale = [figure for figure in figures if not re.search(rf"(?<![\d.]){re.escape(figure)}(?![\d])", page)]
+    assert not stale, f"README figures not in docs/benchmarks.md: {stale}"

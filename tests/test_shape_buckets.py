@@ -169,6 +169,7 @@ def test_padded_phase1_takes_the_unpadded_steps(dtype):
             jnp.int32(-1),
             jnp.asarray(80.0, dtype),
             jnp.int32(0),
+            jnp.int32(2**31 // 10),
             jnp.int32(0),
             jnp.full((30,), -1, jnp.int32),
             jnp.zeros((30,), dtype),
@@ -183,10 +184,10 @@ def test_padded_phase1_takes_the_unpadded_steps(dtype):
             state,
             jnp.asarray(0.25, dtype),
             jnp.int32(30),
+            jnp.asarray(1.0, dtype),
+            jnp.int32(50),
             capacities=Capacities.for_faces(len(f)),
-            min_smoothing=1.0,
             patience=8,
-            cg_iters=50,
         )
         runs.append(out)
     plain, padded = runs

@@ -99,7 +99,7 @@ def test_a_full_detection_buffer_is_no_best_state():
     buffer and goes on, and its best state is one it counted in full (it was pinned to the input)."""
     vertices, faces = tt.scenes.two_spheres(6)
     before = len(tt.find_intersections(vertices, faces))
-    result = tt.untangle(vertices, faces, max_steps=3, restarts=0, capacity=8, relax=False)
+    result = tt.untangle(vertices, faces, max_steps=3, restarts=0, capacity=256, relax=False)  # 1.5k needed
     assert not bool(result.converged)
     assert 0 < int(result.num_intersections) < before
     assert float(result.max_displacement) > 0

@@ -29,6 +29,7 @@ def _draw(ax, vertices, faces, crossing_faces, frame, title):
     for setter, c in zip((ax.set_xlim, ax.set_ylim, ax.set_zlim), centre, strict=True):
         setter(c - half, c + half)
     ax.view_init(elev=55, azim=-60)
+    ax.set_box_aspect(None, zoom=1.3)  # the default leaves a wide empty margin around a 3-D plot
     ax.set_axis_off()
     ax.set_title(title, fontsize=10)
 
@@ -39,7 +40,7 @@ def _finish(fig, path):
     fig.tight_layout()
     if path is None:
         return fig
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return None
 
@@ -50,6 +51,18 @@ def before_after(
     """A side-by-side figure: both meshes with the faces of crossing pairs in red, titled ``labels``.
 
     Saved to ``path`` (PNG, PDF, ...), or returned as a matplotlib figure when ``path`` is ``None``.
+
+    ```python
+    >>> import os, tempfile, tritri_jax as tt
+    >>> from tritri_jax import viz
+    >>> vertices, faces = tt.scenes.two_spheres(6)
+    >>> pairs = tt.find_intersections(vertices, faces)
+    >>> path = os.path.join(tempfile.mkdtemp(), "spheres.png")
+    >>> viz.before_after(path, vertices, vertices, faces, pairs, pairs[:0], labels=("input", "no pair marked"))
+    >>> os.path.getsize(path) > 0
+    True
+
+    ```
     """
     import matplotlib.pyplot as plt
 
@@ -68,12 +81,22 @@ def before_after(
 def convergence(path, history, title="untangling", length=None):
     """The crossing-pair count per phase-1 step (log scale), and with ``length`` the intersection
     curve's length per step on a second axis. Saved to ``path``, or returned when ``path`` is ``None``.
+
+    ```python
+    >>> from tritri_jax import viz
+    >>> figure = viz.convergence(None, [70, 41, 12, 3, 0], title="two spheres", length=[2.1, 1.4, 0.5, 0.1, 0])
+    >>> len(figure.axes)  # the count and, on a second axis, the curve's length
+    2
+
+    ```
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     history = np.asarray(history)
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=130)
     ax.semilogy(np.arange(len(history)), np.maximum(history, 0.8), marker="o", markersize=3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("phase-1 step")
     ax.set_ylabel("crossing pairs (float predicate)")
     ax.set_title(title)
