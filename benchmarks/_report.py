@@ -6,6 +6,9 @@ import os
 import platform
 import re
 import sys
+import time
+
+import numpy as np
 
 
 def machine_line() -> str:
@@ -56,3 +59,25 @@ class Output:
         """Into section ``name`` of the page ``path`` (``write_section``); nothing when ``path`` is None."""
         if path:
             write_section(path, name, "\n".join(self.lines))
+
+
+def exact_count(vertices, faces) -> int:
+    """Crossing face pairs by libigl's exact predicates (the independent oracle)."""
+    import igl.predicates
+
+    found = igl.predicates.find_self_intersections(np.asarray(vertices, np.float64), np.asarray(faces).astype(np.int64))
+    return len(found[1])
+
+
+def timed_untangle(vertices, faces, **options):
+    """``tritri_jax.untangle`` and its seconds, less what JAX reports as tracing, lowering and
+    compiling (a call may compile code of its own: a new bucket, larger buffers, another method)."""
+    import tritri_jax as tt
+    from tritri_jax.cli import _CompileClock
+
+    clock = _CompileClock()
+    start = time.perf_counter()
+    result = tt.untangle(vertices, faces, **options)
+    seconds = time.perf_counter() - start - clock.seconds
+    clock.stop()
+    return result, seconds

@@ -11,20 +11,15 @@ JAX reports as tracing, lowering and compiling.
 import argparse
 import os
 import sys
-import time
 
 import jax
-import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-import igl.predicates  # noqa: E402
-
 import tritri_jax as tt  # noqa: E402
-from tritri_jax.cli import _CompileClock  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import Output  # noqa: E402
+from _report import Output, exact_count, timed_untangle  # noqa: E402
 
 VARIANTS = [
     ("defaults", {}),
@@ -39,21 +34,6 @@ VARIANTS = [
     ("relax=False", {"relax": False}),
     ('method="paper"', {"method": "paper"}),
 ]
-
-
-def libigl_pairs(vertices, faces):
-    return len(igl.predicates.find_self_intersections(np.asarray(vertices, np.float64), faces.astype(np.int64))[1])
-
-
-def solve(vertices, faces, options):
-    """The result and its seconds, less what JAX reports as tracing, lowering and compiling (a variant
-    may compile code of its own: larger buffers, another method)."""
-    clock = _CompileClock()
-    start = time.perf_counter()
-    result = tt.untangle(vertices, faces, **options)
-    seconds = time.perf_counter() - start - clock.seconds
-    clock.stop()
-    return result, seconds
 
 
 def main():
@@ -74,10 +54,10 @@ def main():
     # mesh by mesh, every variant (a process keeps a few meshes' compiled code, not all of them)
     rows = {name: [] for name, _ in variants}
     for _, vertices, faces in meshes:
-        solve(vertices, faces, {})  # compile
+        timed_untangle(vertices, faces)  # compile
         for name, options in variants:
-            result, seconds = solve(vertices, faces, options)
-            rows[name].append((result, seconds, libigl_pairs(result.vertices, faces)))
+            result, seconds = timed_untangle(vertices, faces, **options)
+            rows[name].append((result, seconds, exact_count(result.vertices, faces)))
 
     out(f"Float64; {len(meshes)} meshes: " + ", ".join(f"{name} ({len(f):,} faces)" for name, _, f in meshes) + ".")
     out("Each cell sums (or takes the worst) over the meshes; time after compile, as a ratio to the defaults.")

@@ -16,24 +16,15 @@ import argparse
 import ast
 import os
 import sys
-import time
 
 import jax
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 jax.config.update("jax_enable_x64", True)
 
-import igl.predicates  # noqa: E402
-from _report import Output  # noqa: E402
+from _report import Output, exact_count, timed_untangle  # noqa: E402
 
-import tritri_jax as tt  # noqa: E402
 from tritri_jax import scenes  # noqa: E402
-from tritri_jax.cli import _CompileClock  # noqa: E402
-
-
-def exact_count(vertices, faces):
-    return len(igl.predicates.find_self_intersections(np.asarray(vertices, np.float64), faces.astype(np.int64))[1])
 
 
 def main():
@@ -66,11 +57,7 @@ def main():
                 options = {"relax": False, "max_steps": args.max_steps, **changed}
                 cells = []
                 for name, extra in (("default", {}), ("edges", {"resolution": 0.0})):
-                    clock = _CompileClock()  # JAX's own account of tracing, lowering and compiling
-                    start = time.perf_counter()
-                    result = tt.untangle(vertices, faces, **{**options, **extra})
-                    seconds = time.perf_counter() - start - clock.seconds
-                    clock.stop()
+                    result, seconds = timed_untangle(vertices, faces, **{**options, **extra})
                     steps = int(result.iterations)
                     first.setdefault(name, max(steps, 1))
                     cells.append(f"{exact_count(result.vertices, faces)} | {steps} | {steps / first[name]:.1f}")

@@ -28,17 +28,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 jax.config.update("jax_enable_x64", True)
 
-import igl.predicates  # noqa: E402
-from _report import write_section  # noqa: E402
+from _report import exact_count, write_section  # noqa: E402
 
 import tritri_jax as tt  # noqa: E402
 from tritri_jax import scenes  # noqa: E402
 
 SHAPE_BAR = 0.3
-
-
-def exact_count(vertices, faces):
-    return len(igl.predicates.find_self_intersections(np.asarray(vertices, np.float64), faces.astype(np.int64))[1])
 
 
 def run_case(family, size, seed, dtype, seen, options):
