@@ -144,7 +144,10 @@ def _segment(ops, tri, dist):
 
 
 def _coplanar_overlap(ops, u, v, normal, eps):
-    """Do two coplanar triangles overlap with positive area? (separating axes in the best 2-D chart)."""
+    """Do two coplanar triangles overlap with positive area? (separating axes in the best 2-D chart.)
+
+    Also whether rounding could flip that (an axis's overlap tiny but not zero), and whether they
+    touch: no axis separates them and one meets them exactly at an end."""
     magnitude = [jnp.abs(ops.coord(normal, c)) for c in range(3)]
     axis = jnp.where(
         (magnitude[0] >= magnitude[1]) & (magnitude[0] >= magnitude[2]),
@@ -158,7 +161,7 @@ def _coplanar_overlap(ops, u, v, normal, eps):
 
     u2, v2 = [chart(p) for p in u], [chart(p) for p in v]
     tiny = jnp.finfo(eps.dtype).tiny
-    overlap, near = True, False
+    overlap, near, gap, touch = True, False, False, False
     for tri in (u2, v2):
         for i in range(3):
             edge = (tri[(i + 1) % 3][0] - tri[i][0], tri[(i + 1) % 3][1] - tri[i][1])
@@ -170,7 +173,8 @@ def _coplanar_overlap(ops, u, v, normal, eps):
             overlap = overlap & (amount > 0)
             # An amount of exactly zero comes from shared coordinates (exact); a tiny nonzero one is rounding.
             near = near | ((amount != 0) & (jnp.abs(amount) < _AMBIGUOUS_TOL * eps))
-    return overlap, near
+            gap, touch = gap | (amount < 0), touch | (amount == 0)
+    return overlap, near, touch & ~gap
 
 
 def _scaled_pair(ops, u, v, eps):
@@ -199,7 +203,7 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
 
     tol = _COPLANAR_TOL * eps
     coplanar = ok_u & ok_v & (ops.maximum(*(jnp.abs(d) for d in dists)) <= tol)
-    overlap_2d, near_2d = _coplanar_overlap(ops, u, v, normal_u, eps)
+    overlap_2d, near_2d, touch_2d = _coplanar_overlap(ops, u, v, normal_u, eps)
     coplanar_overlap = coplanar & overlap_2d
 
     pu0, pu1, crosses_u = _segment(ops, u, dist_u)
@@ -233,7 +237,13 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
         _unit_normal(ops, u, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
         & _unit_normal(ops, v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
     )
-    ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v))
+    # A vertex that is not shared but lies on the other's plane (a computed distance of zero: exact
+    # or rounded), or coplanar triangles sharing no vertex that touch: the pair may touch, which
+    # detection counts as an intersection and only exact arithmetic can tell (a T-junction, a vertex
+    # resting on a face, an edge along another face's edge).
+    on_plane = ops.any_of(*((d == 0) & ~s for d, s in zip(dists, shared_u + shared_v, strict=True))) & any_nonzero
+    touch = on_plane | (coplanar & touch_2d & ~shared)
+    ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v)) | touch
     ends = [e * scale for e in ends]
     return _Parts(
         tc0=ends[0],
