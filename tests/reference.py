@@ -211,3 +211,53 @@ def brute_force_pairs(vertices, faces, predicate):
         if predicate(vertices[faces[i]], vertices[faces[j]]):
             out.append((i, j))
     return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+def meet_beyond_shared_vertex(u, v, su: int, sv: int):
+    """Do two closed triangles sharing the vertex ``u[su] == v[sv]`` have a point in common besides
+    it? Non-coplanar pairs only (``None`` for a coplanar or zero-area one): both meet the planes'
+    common line through the shared vertex in a segment from it, found by clipping the line to each
+    triangle's three half-planes; the pair meets beyond the vertex iff the two segments overlap in
+    more than their start."""
+    U, V = _fr(u), _fr(v)
+    nu, nv = _normal(U), _normal(V)
+    direction = _cross(nu, nv)
+    if all(c == 0 for c in nu) or all(c == 0 for c in nv) or all(c == 0 for c in direction):
+        return None
+    start = U[su]
+
+    def reach(tri, normal, d):
+        """The largest ``t`` with ``start + t d`` in the closed triangle (``None``: only ``t = 0``)."""
+        low, high = Fraction(0), None
+        for i in range(3):
+            p, q = tri[i], tri[(i + 1) % 3]
+            inward = _cross(normal, _sub(q, p))
+            f0, f1 = _dot(_sub(start, p), inward), _dot(d, inward)
+            if f1 == 0 and f0 < 0:
+                return None
+            if f1 > 0:
+                low = max(low, -f0 / f1)
+            elif f1 < 0:
+                high = -f0 / f1 if high is None else min(high, -f0 / f1)
+        return None if high is None or high < low or high <= 0 else high
+
+    for d in (direction, _mul(direction, -1)):
+        a, b = reach(U, nu, d), reach(V, nv, d)
+        if a is not None and b is not None and min(a, b) > 0:
+            return True
+    return False
+
+
+def folded_onto_each_other(u, v, shared):
+    """Two triangles sharing an edge (``shared``: its two ``(i, j)`` corner pairs, ``u[i] == v[j]``):
+    are they coplanar with their third corners strictly on one side of the edge (an overlap of
+    positive area)? Whichever way each runs along the edge."""
+    U, V = _fr(u), _fr(v)
+    (i0, _), (i1, _) = shared
+    a, b = U[i0], U[i1]
+    p = U[3 - i0 - i1]
+    q = V[3 - shared[0][1] - shared[1][1]]
+    edge = _sub(b, a)
+    side_p, side_q = _cross(edge, _sub(p, a)), _cross(edge, _sub(q, a))
+    coplanar = _dot(_cross(edge, _sub(p, a)), _sub(q, a)) == 0
+    return coplanar and _dot(side_p, side_q) > 0

@@ -182,7 +182,6 @@ def test_input_checks_name_the_problem():
         (vertices, faces[:, :2], "shape"),
         (np.where(np.arange(len(vertices))[:, None] == 3, np.nan, vertices), faces, "NaN"),
         (vertices, np.where(faces == faces.max(), len(vertices) + 5, faces), "out of range"),
-        (vertices, np.concatenate([faces, [[0, 0, 1]]]), "repeats a vertex"),
         (vertices, faces.astype(float), "integers"),
     ]
     for v, f, message in cases:
@@ -197,7 +196,28 @@ def test_empty_meshes_and_zero_area_faces_are_valid():
     assert tt.find_intersections(np.zeros((0, 3)), np.zeros((0, 3), int)).shape == (0, 2)
     assert float(tt.intersection_energy(np.zeros((0, 3)), np.zeros((0, 3), int))) == 0.0
     vertices = np.array([[0.0, 0, 0], [1, 0, 0], [2, 0, 0], [0.5, -1, -1], [0.5, 1, 1], [0.5, 1, -1]])
-    faces = np.array([[0, 1, 2], [3, 4, 5]])  # a zero-area face through a triangle
-    assert len(tt.find_intersections(vertices, faces)) == 0
-    g = jax.grad(tt.intersection_energy)(jnp.asarray(vertices), jnp.asarray(faces))
-    assert np.all(np.isfinite(np.asarray(g)))
+    # a zero-area face through a triangle, and a face repeating a vertex (zero-area too)
+    for faces in (np.array([[0, 1, 2], [3, 4, 5]]), np.array([[0, 2, 2], [3, 4, 5]])):
+        assert len(tt.find_intersections(vertices, faces)) == 0
+        assert float(tt.intersection_energy(vertices, faces)) == 0.0
+        g = jax.grad(tt.intersection_energy)(jnp.asarray(vertices), jnp.asarray(faces))
+        assert np.all(np.isfinite(np.asarray(g)))
+
+
+@pytest.mark.parametrize(
+    "vertices, faces",
+    [
+        ([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, 0], [0.2, 0.2, 1], [0.5, 0.2, 1]], [[0, 1, 2], [3, 4, 5]]),
+        ([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0.2, -0.5, 0], [0.2, 1, 0], [0.2, 0.2, 1]], [[0, 1, 2], [3, 4, 5]]),
+        ([[0.0, 0, 0], [0, 1, 0], [1, 0, 0], [0, 0, -1], [0, 1, 1]], [[0, 1, 2], [0, 3, 4]]),
+        ([[0.0, 0, 0], [2, 0, 0], [0, 2, 0], [1, 1, 0], [2, 2, 0], [3, 1, 0]], [[0, 1, 2], [3, 4, 5]]),
+    ],
+    ids=["vertex-on-face", "edge-in-plane-through-face", "shared-vertex-edge-on-edge", "coplanar-t-junction"],
+)
+def test_exact_touching_is_reported(vertices, faces):
+    """Touching counts as intersecting: a vertex resting exactly on a face, an edge lying in a face's
+    plane, a face whose edge through the other's plane ends on the other's edge, a coplanar T-junction
+    (computed distances or overlaps of exactly zero, which the float kernels hand to exact arithmetic)."""
+    vertices, faces = np.array(vertices), np.array(faces)
+    np.testing.assert_array_equal(tt.find_intersections(vertices, faces), libigl_pairs(vertices, faces))
+    assert len(libigl_pairs(vertices, faces)) == 1

@@ -5,8 +5,9 @@ Layers, bottom to top (each module imports only modules before it in this list):
 1. one pair: ``_safe``, ``_vec3``, ``_kernels`` (interval, predicate, energy, Hessians), ``_distance``
    (primitive distances, IPC's barrier), ``_exact`` (integer orientation predicates);
 2. broad phase: ``_sizes`` (the shape ladder), ``_broad_phase`` (spatial hash grid);
-3. over a mesh: ``_mesh_energy`` (checks, gather / scatter, energies), ``_detect`` (the detection
-   pipeline), ``_barrier`` (the barrier over near pairs), ``_elastic`` (springs, bending, pull);
+3. over a mesh: ``_mesh_energy`` (checks, gather / scatter, energies), ``_topology`` (coincident
+   vertices, the mesh a solver moves, ``mesh_report``), ``_detect`` (the detection pipeline),
+   ``_barrier`` (the barrier over near pairs), ``_elastic`` (springs, bending, pull);
 4. solvers: ``_newton``, ``_multigrid``; ``_phase1`` (untangle: descent on the curve length),
    ``_neighbours`` and ``_relax`` (relax: Newton on elastic + barrier), ``_paper_route``;
 5. the operator: ``_memory``, ``_untangle`` (``untangle`` and its implicit VJP);
@@ -31,6 +32,8 @@ from ._mesh_energy import intersection_energy as intersection_energy
 from ._mesh_energy import pair_system as pair_system
 from ._newton import NewtonResult as NewtonResult
 from ._newton import newton_cg as newton_cg
+from ._topology import MeshReport as MeshReport
+from ._topology import mesh_report as mesh_report
 from ._untangle import UntangleOptions as UntangleOptions
 from ._untangle import UntangleResult as UntangleResult
 from ._untangle import untangle as untangle

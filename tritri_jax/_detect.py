@@ -15,6 +15,7 @@ from ._kernels import certainly_apart, classify
 from ._memory import releasable_jit, release_if_crowded
 from ._mesh_energy import check_mesh, pair_triangles, pairs_energy
 from ._sizes import bucket, default_capacity, pad_mesh
+from ._topology import index_contacts, welded_faces
 from ._types import Array, Faces, Int, Vertices
 
 candidates_jit = releasable_jit(
@@ -182,7 +183,9 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
     return pairs[crossing].astype(np.int64), capacity
 
 
-def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent: bool = False, cell_size=None):
+def find_intersections(
+    vertices: Vertices, faces: Faces, *, skip_vertex_adjacent: bool = False, cell_size=None, weld: bool = True
+):
     """All crossing face pairs of a mesh, as a sorted ``(K, 2)`` numpy array of ``(i, j)``, ``i < j``.
 
     The float kernels decide every candidate pair inside ``jit`` and flag those within rounding
@@ -195,7 +198,13 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     - pairs sharing one vertex are reported when one folds through the other (that vertex lies
       exactly on both planes; meeting only at it is not an intersection);
     - pairs sharing an edge are reported only when folded flat onto each other (coplanar overlap);
-    - zero-area faces never intersect anything.
+    - zero-area faces (faces that repeat a vertex among them) never intersect anything, nor do two
+      faces with the same three vertices (nothing could move them apart).
+
+    Vertices at identical coordinates are one vertex (``weld=True``): a triangle soup, every face
+    with three vertices of its own, has the pairs of the welded mesh, not every touching
+    neighbour. With ``weld=False`` vertices are one only when they share an index, as in libigl,
+    which then also reports faces that meet at a duplicated vertex.
 
     The broad-phase capacity is chosen and grown automatically. The mesh is padded to a ladder of
     shapes (``2^k x 1, 1.25, 1.5, 1.75``) with inert rows, so meshes of nearby sizes share one
@@ -206,13 +215,19 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     - ``vertices`` ``(V, 3)`` float, ``faces`` ``(F, 3)`` int (numpy or JAX arrays).
     - ``skip_vertex_adjacent``: skip every pair that shares a vertex, as the paper does.
     - ``cell_size``: broad-phase grid cell size (default: derived from the faces' extents).
+    - ``weld``: vertices at identical coordinates are one vertex (the default), or only by index.
 
     ```python
-    >>> import tritri_jax as tt
+    >>> import numpy as np, tritri_jax as tt
     >>> vertices, faces = tt.scenes.two_spheres(8)
     >>> pairs = tt.find_intersections(vertices, faces)
     >>> pairs.shape[1], bool((pairs[:, 0] < pairs[:, 1]).all())
     (2, True)
+    >>> soup = vertices[faces].reshape(-1, 3), np.arange(3 * len(faces)).reshape(-1, 3)
+    >>> len(tt.find_intersections(*soup)) == len(pairs)  # a soup: the welded mesh's pairs
+    True
+    >>> len(tt.find_intersections(*soup, weld=False)) > 10 * len(pairs)  # by index: every touching neighbour
+    True
 
     ```
     """
@@ -220,10 +235,16 @@ def find_intersections(vertices: Vertices, faces: Faces, *, skip_vertex_adjacent
     if faces.shape[0] < 2:
         return np.zeros((0, 2), np.int64)
     num_faces = faces.shape[0]
-    padded = pad_mesh(vertices, faces)
+    v_np, f_np = np.asarray(vertices), np.asarray(faces)
+    welded = welded_faces(v_np, f_np)
+    padded = pad_mesh(v_np, welded)
     shapes = (padded[0].shape, padded[1].shape, str(padded[0].dtype))
     release_if_crowded(("find_intersections", *shapes, cell_size is None, skip_vertex_adjacent))
     pairs, _ = detect(*padded, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent, num_faces=num_faces)
+    if not weld and welded is not f_np:
+        extra = index_contacts(v_np, f_np, skip_vertex_adjacent=skip_vertex_adjacent)
+        pairs = np.unique(np.concatenate([np.sort(pairs, axis=1), extra]), axis=0)
+    pairs = np.sort(pairs, axis=1)
     return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
 
 

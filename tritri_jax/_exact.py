@@ -114,6 +114,12 @@ def _degenerate(tri):
     return ab[1] * ac[2] == ab[2] * ac[1] and ab[2] * ac[0] == ab[0] * ac[2] and ab[0] * ac[1] == ab[1] * ac[0]
 
 
+def zero_area(tri) -> bool:
+    """Are the triangle's three corners collinear (or coincident), exactly?"""
+    points, _ = _exact_pair(tri, tri)
+    return _degenerate(points)
+
+
 def _coplanar(u, v):
     return all(_orient3d(*u, p) == 0 for p in v)
 

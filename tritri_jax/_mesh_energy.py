@@ -28,9 +28,9 @@ def check_mesh(vertices, faces, *, name="mesh"):
     """Validate a mesh at a public entry point and return ``(vertices, faces)`` as JAX arrays.
 
     Shape and dtype problems raise ``ValueError`` at trace time. Value problems (non-finite
-    coordinates, indices out of range, a face repeating a vertex) raise ``ValueError`` right away
-    on concrete input; on traced input they become an ``equinox`` runtime error. Nothing passed in
-    is modified. Empty meshes and zero-area faces are valid.
+    coordinates, indices out of range) raise ``ValueError`` right away on concrete input; on traced
+    input they become an ``equinox`` runtime error. Nothing passed in is modified. Empty meshes and
+    zero-area faces are valid, faces that repeat a vertex among them.
     """
     vertices = jnp.asarray(vertices)
     faces = jnp.asarray(faces)
@@ -55,8 +55,6 @@ def check_mesh(vertices, faces, *, name="mesh"):
         vertices = eqx.error_if(vertices, bad_value, f"{name}: vertices contain NaN or infinite coordinates")
         out_of_range = jnp.any((faces < 0) | (faces >= num_vertices))
         faces = eqx.error_if(faces, out_of_range, f"{name}: face indices out of range [0, {num_vertices})")
-        repeated = jnp.any((faces[:, 0] == faces[:, 1]) | (faces[:, 1] == faces[:, 2]) | (faces[:, 0] == faces[:, 2]))
-        faces = eqx.error_if(faces, repeated, f"{name}: a face repeats a vertex")
         return vertices, faces
     v, f = np.asarray(vertices), np.asarray(faces)
     if not np.all(np.isfinite(v)):
@@ -65,10 +63,6 @@ def check_mesh(vertices, faces, *, name="mesh"):
     if f.size and (f.min() < 0 or f.max() >= num_vertices):
         row = int(np.flatnonzero(np.any((f < 0) | (f >= num_vertices), axis=1))[0])
         raise ValueError(f"{name}: face {row} = {f[row].tolist()} has an index out of range [0, {num_vertices})")
-    repeated = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])
-    if np.any(repeated):
-        row = int(np.flatnonzero(repeated)[0])
-        raise ValueError(f"{name}: face {row} = {f[row].tolist()} repeats a vertex")
     return vertices, faces
 
 

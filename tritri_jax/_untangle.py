@@ -22,6 +22,7 @@ from ._paper_route import paper_route_jit
 from ._phase1 import Capacities, run_phase1
 from ._relax import adjoint_jit, close_count_jit, relax_jit
 from ._sizes import bucket
+from ._topology import solve_mesh
 from ._types import Array, Bool, Float, Int
 
 
@@ -159,6 +160,10 @@ def untangle(
     pair; if the relaxed mesh failed that check, the phase-1 mesh is returned. Connectivity is never
     changed; several meshes passing through each other are one mesh with more faces.
 
+    Vertices at identical coordinates are one vertex, as in ``find_intersections``: a triangle soup
+    is solved welded and returned as a soup (the input's shapes, every copy of a vertex at one
+    position); vertices no face uses, and faces of one repeated vertex, stay as they are.
+
     Differentiable (eagerly, with ``jax.grad``; not under ``jit``): the VJP of ``vertices`` with
     respect to the input vertices (which are also the rest shape) comes from the implicit function
     theorem at phase 2's stationary point, one adjoint CG solve, not from differentiating iterations.
@@ -196,7 +201,7 @@ def untangle(
 
     @jax.custom_vjp
     def solve(v):
-        box["result"], box["backward"] = _solve(np.asarray(v), faces_np, settings, progress)
+        box["result"], box["backward"] = _solve_welded(np.asarray(v), faces_np, settings, progress)
         return jnp.asarray(box["result"].vertices, v.dtype)
 
     def forward(v):
@@ -211,6 +216,34 @@ def untangle(
     solve.defvjp(forward, backward)
     out = solve(vertices)
     return box["result"]._replace(vertices=out)
+
+
+def _solve_welded(v_np, f_np, settings, progress):
+    """``_solve`` on the solve mesh (``_topology.solve_mesh``: coincident vertices welded, faces that
+    cannot move apart left out), scattered back to the input's vertices: every copy of a vertex gets
+    its one position, unreferenced vertices stay where they are. The VJP sums the copies' cotangents
+    and shares the gradient among them (as if the solve read their mean)."""
+    mesh = solve_mesh(v_np, f_np)
+    if mesh.is_identity(len(v_np), len(f_np)):
+        return _solve(v_np, f_np, settings, progress)
+    result, backward = _solve(v_np[mesh.rows], mesh.faces, settings, progress)
+    used = mesh.index >= 0
+    out = v_np.copy()
+    out[used] = np.asarray(result.vertices)[mesh.index[used]]
+    result = result._replace(vertices=out)
+    if backward is None:
+        return result, None
+
+    def scattered(cotangent):
+        cotangent = np.asarray(cotangent)
+        summed = np.zeros((len(mesh.rows), 3), cotangent.dtype)
+        np.add.at(summed, mesh.index[used], cotangent[used])
+        solved = np.asarray(backward(summed))
+        gradient = cotangent.copy()  # unreferenced vertices: the identity
+        gradient[used] = solved[mesh.index[used]] / mesh.copies[mesh.index[used], None]
+        return jnp.asarray(gradient)
+
+    return result, scattered
 
 
 class _Problem(NamedTuple):
