@@ -15,6 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 
 from ._sizes import shape_bucket
@@ -99,7 +100,7 @@ class Multigrid(eqx.Module):
 def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int = 1) -> Multigrid:
     """Build the hierarchy of the sparse symmetric positive definite ``matrix`` (host side, once).
 
-    ``max_coarse``: the largest coarsest level, solved exactly (a dense inverse); ``sweeps``: Jacobi
+    ``max_coarse``: the largest coarsest level, solved exactly (a dense pseudo-inverse); ``sweeps``: Jacobi
     sweeps before and after each coarse correction."""
     import pyamg  # here, not at the top: it adds ~0.13 s to every start of the CLI, which ``check`` never uses
 
@@ -112,9 +113,13 @@ def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int =
         levels = pyamg.smoothed_aggregation_solver(matrix, max_coarse=max_coarse).levels
         jacobi = []
         for level in levels[:-1]:
+            # A coarse level of a mesh in many small pieces (a soup of separate triangles) can hold
+            # empty aggregates: rows of zeros, left out of the smoothing (weight 0).
             diagonal = level.A.diagonal()
-            radius = pyamg.util.linalg.approximate_spectral_radius(sp.diags(1 / diagonal) @ level.A)
-            jacobi.append(jnp.asarray((4 / 3) / (radius * diagonal), dtype))  # damped Jacobi, omega = 4 / (3 rho)
+            inverse = np.divide(1.0, diagonal, out=np.zeros_like(diagonal), where=diagonal > 0)
+            radius = pyamg.util.linalg.approximate_spectral_radius(sp.diags(inverse) @ level.A)
+            radius = radius if np.isfinite(radius) and radius > 0 else 1.0
+            jacobi.append(jnp.asarray((4 / 3) * inverse / radius, dtype))  # damped Jacobi, omega = 4 / (3 rho)
     finally:
         np.random.set_state(state)
     return Multigrid(
@@ -122,7 +127,8 @@ def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int =
         prolongations=tuple(ell(level.P, dtype) for level in levels[:-1]),
         restrictions=tuple(ell(level.P.T, dtype) for level in levels[:-1]),
         jacobi=tuple(jacobi),
-        coarse_inverse=jnp.asarray(np.linalg.inv(levels[-1].A.toarray()), dtype),
+        # The pseudo-inverse: the coarsest level is singular where its aggregates are (see above).
+        coarse_inverse=jnp.asarray(scipy.linalg.pinvh(levels[-1].A.toarray()), dtype),
         sweeps=sweeps,
     )
 
