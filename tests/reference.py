@@ -215,15 +215,18 @@ def brute_force_pairs(vertices, faces, predicate):
 
 def meet_beyond_shared_vertex(u, v, su: int, sv: int):
     """Do two closed triangles sharing the vertex ``u[su] == v[sv]`` have a point in common besides
-    it? Non-coplanar pairs only (``None`` for a coplanar or zero-area one): both meet the planes'
-    common line through the shared vertex in a segment from it, found by clipping the line to each
-    triangle's three half-planes; the pair meets beyond the vertex iff the two segments overlap in
-    more than their start."""
+    it? (``None`` for a zero-area one.) Coplanar pairs: do they overlap with positive area (the
+    library's rule: coplanar faces around a shared vertex touch along lines all over a flat mesh).
+    Others: both meet the planes' common line through the shared vertex in a segment from it, found
+    by clipping the line to each triangle's three half-planes; the pair meets beyond the vertex iff
+    the two segments overlap in more than their start."""
     U, V = _fr(u), _fr(v)
     nu, nv = _normal(U), _normal(V)
     direction = _cross(nu, nv)
-    if all(c == 0 for c in nu) or all(c == 0 for c in nv) or all(c == 0 for c in direction):
+    if all(c == 0 for c in nu) or all(c == 0 for c in nv):
         return None
+    if all(_dot(nu, _sub(p, U[0])) == 0 for p in V):
+        return _coplanar(U, V, nu)[0]
     start = U[su]
 
     def reach(tri, normal, d):

@@ -196,7 +196,8 @@ def find_intersections(
     - pairs sharing no vertex are reported when the closed triangles meet (touching counts: a mesh
       whose faces only touch is not intersection-free);
     - pairs sharing one vertex are reported when one folds through the other (that vertex lies
-      exactly on both planes; meeting only at it is not an intersection);
+      exactly on both planes; meeting only at it is not an intersection); coplanar ones when they
+      overlap with positive area (around a vertex of a flat mesh, faces touch along lines);
     - pairs sharing an edge are reported only when folded flat onto each other (coplanar overlap);
     - zero-area faces (faces that repeat a vertex among them) never intersect anything, nor do two
       faces with the same three vertices (nothing could move them apart).

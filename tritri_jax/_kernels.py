@@ -28,6 +28,21 @@ from ._safe import eps_of, safe_divide
 from ._types import Array, Bool, Float, Scalar, Triangle
 from ._vec3 import AOS, SOA, pick
 
+
+def _bits(x):
+    """A float's bit pattern as an integer of its width (bitwise equality sees subnormals, which
+    the CPU backend reads as zero in arithmetic and in ``==``)."""
+    return lax.bitcast_convert_type(x, jnp.int32 if x.dtype == jnp.float32 else jnp.int64)
+
+
+def _subnormal(x):
+    """``x`` is a nonzero subnormal number (decided on its bits: in arithmetic it reads as zero)."""
+    finfo = jnp.finfo(x.dtype)
+    exponent_mask = ((1 << finfo.nexp) - 1) << finfo.nmant
+    bits = _bits(x)
+    return ((bits & exponent_mask) == 0) & ((bits & ((1 << finfo.nmant) - 1)) != 0)
+
+
 _COPLANAR_TOL = 32.0  # in units of eps, in the scaled frame (|coordinates| <= 1)
 _SLIVER_TOL = 32.0  # a triangle whose edge angle is below this many eps is degenerate
 _AMBIGUOUS_TOL = 256.0  # verdicts closer than this many eps (scaled frame) to flipping are "ambiguous"
@@ -181,7 +196,8 @@ def _scaled_pair(ops, u, v, eps):
     """The pair in the exact frame of ``_frame``, bitwise vertex coincidences, both unit normals."""
     u, v = ops.points(u), ops.points(v)
     same = [
-        [ops.all_of(*(ops.coord(u[i], c) == ops.coord(v[j], c) for c in range(3))) for j in range(3)] for i in range(3)
+        [ops.all_of(*(_bits(ops.coord(u[i], c)) == _bits(ops.coord(v[j], c)) for c in range(3))) for j in range(3)]
+        for i in range(3)
     ]
     centre, scale = _frame(ops, u, v)
     u = [ops.scale(ops.sub(p, centre), 1 / scale) for p in u]
@@ -191,12 +207,22 @@ def _scaled_pair(ops, u, v, eps):
 
 def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
     eps = eps_of(u)
+    # Subnormal coordinates read as zero in arithmetic: such a pair is for exact arithmetic.
+    points = (*ops.points(u), *ops.points(v))
+    subnormal = ops.any_of(*(_subnormal(ops.coord(p, c)) for p in points for c in range(3)))
+    # All six points on one axis-aligned plane (a coordinate the same, bitwise): then the computed
+    # plane distances are exactly zero and so are the true ones (elsewhere a computed zero may be
+    # a rounded 1e-40).
+    axis_plane = ops.any_of(
+        *(ops.all_of(*(_bits(ops.coord(p, c)) == _bits(ops.coord(points[0], c)) for p in points[1:])) for c in range(3))
+    )
     same, u, v, scale, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(ops, u, v, eps)
     shared_u = [ops.any_of(*same[i]) for i in range(3)]
     shared_v = [ops.any_of(*(same[i][j] for i in range(3))) for j in range(3)]
     snap = eps**2
     dist_v = [ops.dot(ops.sub(p, u[0]), normal_u) for p in v]  # v's vertices against u's plane
     dist_u = [ops.dot(ops.sub(p, v[0]), normal_v) for p in u]
+    raw = [jnp.where(s, 0, d) for d, s in zip(dist_u + dist_v, shared_u + shared_v, strict=True)]
     dist_v = [jnp.where(shared_v[j] | (jnp.abs(d) <= snap), 0, d) for j, d in enumerate(dist_v)]
     dist_u = [jnp.where(shared_u[i] | (jnp.abs(d) <= snap), 0, d) for i, d in enumerate(dist_u)]
     dists = dist_u + dist_v
@@ -227,7 +253,8 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
     # error grows like 1/sin(angle)), near-parallel planes, near-degenerate faces, close 2-D calls.
     tol = _AMBIGUOUS_TOL * eps
     sine = jnp.sqrt(sine_sq)
-    near_plane = ops.any_of(*((d != 0) & (jnp.abs(d) < tol) for d in dists))
+    # (on the distances before snapping: a vertex 1e-40 off the plane is snapped onto it, not exactly on it)
+    near_plane = ops.any_of(*((d != 0) & (jnp.abs(d) < tol) for d in raw))
     any_nonzero = ops.any_of(*(d != 0 for d in dists))
     # An end that is exactly zero because the pair shares a vertex is exact, not rounding.
     shared = ops.any_of(*shared_u)
@@ -238,11 +265,11 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
         & _unit_normal(ops, v, _AMBIGUOUS_TOL / _SLIVER_TOL * eps)[1]
     )
     # A vertex that is not shared but lies on the other's plane (a computed distance of zero: exact
-    # or rounded), or coplanar triangles sharing no vertex that touch: the pair may touch, which
+    # or rounded, unless ``axis_plane``), or coplanar triangles sharing no vertex that touch: the pair may touch, which
     # detection counts as an intersection and only exact arithmetic can tell (a T-junction, a vertex
     # resting on a face, an edge along another face's edge).
-    on_plane = ops.any_of(*((d == 0) & ~s for d, s in zip(dists, shared_u + shared_v, strict=True))) & any_nonzero
-    touch = on_plane | (coplanar & touch_2d & ~shared)
+    on_plane = ops.any_of(*((d == 0) & ~s for d, s in zip(raw, shared_u + shared_v, strict=True))) & ~axis_plane
+    touch = on_plane | (coplanar & touch_2d & ~shared) | subnormal
     ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v)) | touch
     ends = [e * scale for e in ends]
     return _Parts(
@@ -324,8 +351,7 @@ def certainly_apart(u: Triangle, v: Triangle, layout=SOA) -> Bool[Array, ""]:
     # Bitwise, not ``==``: the CPU backend reads subnormals as zero, so ``==`` would call a vertex
     # 1e-45 away from the other's vertex shared and skip it. (Bitwise, -0.0 is not 0.0: that only
     # costs the pipeline an exact test.)
-    bits = lambda x: lax.bitcast_convert_type(x, jnp.int32 if x.dtype == jnp.float32 else jnp.int64)  # noqa: E731
-    same = [[ops.all_of(*(bits(ops.coord(p, c)) == bits(ops.coord(q, c)) for c in range(3))) for q in v] for p in u]
+    same = [[ops.all_of(*(_bits(ops.coord(p, c)) == _bits(ops.coord(q, c)) for c in range(3))) for q in v] for p in u]
 
     def one_side(tri, other, shared):
         a, b = ops.sub(tri[1], tri[0]), ops.sub(tri[2], tri[0])
