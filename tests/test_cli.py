@@ -99,3 +99,43 @@ def test_untangle_a_folder_into_a_folder(tmp_path):
     assert result.returncode == 2 and "names a folder" in result.stderr
     result = _cli("untangle", str(inputs), "-o", str(tmp_path / "out"))
     assert result.returncode == 2 and "exists; pass --overwrite" in result.stderr
+
+
+def test_a_soup_is_described_checked_and_untangled_as_a_soup_same_bits_every_run(tmp_path):
+    """A triangle soup (every face with three vertices of its own, as an OBJ keeps it): ``check``
+    says so and counts the welded mesh's pairs; ``untangle`` writes a soup of the input's shape whose
+    copies of a vertex stay together, and the same bits on a second run."""
+    vertices, faces = tt.scenes.two_spheres(6)
+    soup = tmp_path / "soup.obj"
+    write_mesh(soup, vertices[faces].reshape(-1, 3), np.arange(3 * len(faces)).reshape(-1, 3))
+    result = _cli("check", str(soup))
+    assert result.returncode == 1, result.stderr
+    assert f"{3 * len(faces) - len(vertices)} duplicate vertices" in result.stdout
+    assert f"crossing pairs:       {len(tt.find_intersections(vertices, faces))}" in result.stdout
+    outputs = [tmp_path / "first.obj", tmp_path / "second.obj"]
+    for out in outputs:
+        result = _cli("untangle", str(soup), "-o", str(out), "--progress", "off")
+        assert result.returncode == 0 and "duplicate vertices" in result.stdout, result.stderr
+    assert outputs[0].read_bytes() == outputs[1].read_bytes()
+    out_vertices, out_faces = read_mesh(outputs[0])
+    assert out_vertices.shape == (3 * len(faces), 3) and len(out_faces) == len(faces)
+    welded = tt.mesh_report(out_vertices, out_faces)
+    assert welded.duplicate_vertices == 3 * len(faces) - len(vertices)  # no copy torn from the others
+    assert len(tt.find_intersections(out_vertices, out_faces)) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.obj", "second.obj", "soup.obj"]  # no temporaries
+
+
+def test_check_goes_on_past_bad_files_and_names_each(tmp_path):
+    folder = tmp_path / "meshes"
+    folder.mkdir()
+    write_mesh(folder / "a.obj", *tt.scenes.sphere(4))
+    (folder / "b.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 3\n")  # truncated header
+    (folder / "c.off").write_bytes(b"OFF\n")
+    (folder / "d.obj").write_bytes(b"v 0 0 nan\nv 1 0 0\nv 0 1 0\nf 1 2 3\n")
+    (folder / "e.stl").write_bytes(bytes(range(256)) * 4)
+    result = _cli("check", str(folder))
+    assert result.returncode == 2, result.stderr
+    assert "5 meshes: 1 clean, 0 intersecting, 4 unreadable" in result.stdout
+    for name in ("b.ply", "c.off", "d.obj", "e.stl"):
+        assert str(folder / name) in result.stderr
+    assert "Traceback" not in result.stderr

@@ -70,6 +70,14 @@ class _CompileClock:
         return lines
 
 
+def _describe(vertices, faces):
+    """One line on what the mesh holds besides its triangles (``mesh_report``)."""
+    import tritri_jax as tt
+
+    findings = tt.mesh_report(vertices, faces).findings()
+    print(f"  input:                {', '.join(findings) or 'closed, manifold, consistently oriented, one piece'}")
+
+
 def _check(vertices, faces, label, show_list=False, verbose=False):
     import tritri_jax as tt
     from tritri_jax._detect import crossing_measures
@@ -80,6 +88,7 @@ def _check(vertices, faces, label, show_list=False, verbose=False):
     energy, length = crossing_measures(vertices, faces, pairs) if len(faces) else (0.0, 0.0)
     clock.stop()
     print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles")
+    _describe(vertices, faces)
     print(f"  crossing pairs:       {len(pairs)}")
     print(f"  intersection energy:  {energy:.6g}  (sum of (tc0 tc1)^2, Eq. 2)")
     print(f"  intersection length:  {length:.6g}  (length of the intersection curve)")
@@ -150,6 +159,7 @@ def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None
     pairs_before = tt.find_intersections(vertices, faces)
     before = len(pairs_before)
     print(f"{label}: {len(vertices)} vertices, {len(faces)} triangles, {before} crossing pairs")
+    _describe(vertices, faces)
     clock = _CompileClock()
     bar, callback = _progress_bar(progress)
     try:
@@ -197,7 +207,7 @@ def main(argv=None):
     demo.add_argument("-o", "--output", default="tritri_demo_untangled.obj", help="where to write the result")
     progress_help = "progress bar on stderr: auto (on a terminal), on, off"
     demo.add_argument("--progress", default="auto", choices=["auto", "on", "off"], help=progress_help)
-    check = commands.add_parser("check", help="count the crossing pairs of a mesh file (exit 1 if any)")
+    check = commands.add_parser("check", help="count the crossing pairs of mesh files (exit 1 if any, 2 if unreadable)")
     check.add_argument("mesh", nargs="+", help="OBJ, PLY, OFF or STL files, or folders of them")
     check.add_argument("--list", action="store_true", help="print the crossing face pairs")
     check.add_argument("-v", "--verbose", action="store_true", help="compile time per jitted function")
@@ -228,11 +238,19 @@ def main(argv=None):
             return 0 if bool(result.converged) else 1
         files, several = _mesh_files(args.mesh)
         if args.command == "check":
-            found = 0
+            found = errors = 0
             for path in _meshes_bar(files, "auto"):
-                vertices, faces = read_mesh(path)
-                found += len(_check(vertices, faces, path, args.list, args.verbose)) > 0
-            return 1 if found else 0
+                try:
+                    vertices, faces = read_mesh(path)
+                    found += len(_check(vertices, faces, path, args.list, args.verbose)) > 0
+                except ValueError as error:
+                    if not several:
+                        raise
+                    errors += 1  # a batch goes on past a bad file, and says so at the end
+                    print(f"tritri-jax: error: {error}", file=sys.stderr)
+            if several:
+                print(f"{len(files)} meshes: {len(files) - found - errors} clean, {found} intersecting, {errors} unreadable")
+            return 2 if errors else 1 if found else 0
         if several:
             if args.picture:
                 raise ValueError("--picture takes one input mesh")
