@@ -215,6 +215,15 @@ def mesh_report(vertices, faces) -> MeshReport:
     checked as [`find_intersections`][tritri_jax.find_intersections] checks them).
 
     **Returns:** a [`MeshReport`][tritri_jax.MeshReport].
+
+    ```python
+    >>> import numpy as np, tritri_jax as tt
+    >>> vertices, faces = tt.scenes.sphere(6)
+    >>> report = tt.mesh_report(vertices, faces[1:])  # one face missing: a hole of three edges
+    >>> report.boundary_edges, report.non_manifold_edges, report.components
+    (3, 0, 1)
+
+    ```
     """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
