@@ -249,7 +249,8 @@ def main(argv=None):
                     errors += 1  # a batch goes on past a bad file, and says so at the end
                     print(f"tritri-jax: error: {error}", file=sys.stderr)
             if several:
-                print(f"{len(files)} meshes: {len(files) - found - errors} clean, {found} intersecting, {errors} unreadable")
+                clean = len(files) - found - errors
+                print(f"{len(files)} meshes: {clean} clean, {found} intersecting, {errors} unreadable")
             return 2 if errors else 1 if found else 0
         if several:
             if args.picture:
