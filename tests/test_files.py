@@ -136,3 +136,28 @@ def test_a_write_is_all_or_nothing(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["mesh.obj"]
     with pytest.raises(ValueError, match="exists"):
         write_mesh(path, vertices, faces)
+
+
+def test_huge_counts_in_a_header_do_not_allocate(tmp_path):
+    """Headers that promise 10^12 vertices or faces: a clear error from a process limited to 4 GiB of
+    address space (nothing is allocated from the promised count)."""
+    import subprocess
+    import sys
+
+    paths = []
+    for name in ("huge-counts.off", "huge-count.ply"):
+        paths.append(tmp_path / name)
+        paths[-1].write_bytes(MALFORMED[name])
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "from tritri_jax.io import read_mesh\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        read_mesh(path)\n"
+        "    except ValueError as error:\n"
+        "        print('refused', path)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("refused") == len(paths)

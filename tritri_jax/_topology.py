@@ -52,6 +52,19 @@ def welded_faces(vertices, faces) -> np.ndarray:
     return representative[faces].astype(faces.dtype)
 
 
+def _first_rows(rows) -> np.ndarray:
+    """Indices of the first occurrence of each distinct row of an integer array, in order (a sort of
+    its columns: on 5M faces ~10 times faster than ``np.unique(axis=0)``)."""
+    rows = np.asarray(rows)
+    if len(rows) == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort(rows.T[::-1])
+    ordered = rows[order]
+    starts = np.concatenate([[True], np.any(ordered[1:] != ordered[:-1], axis=1)])
+    first = np.minimum.reduceat(order, np.flatnonzero(starts))
+    return np.sort(first)
+
+
 def zero_area(vertices, faces) -> np.ndarray:
     """``(F,)`` bool: the face's corners are collinear (or coincide), decided exactly. A float cross
     product that is clearly not zero settles most faces; the rest go to exact arithmetic."""
@@ -97,9 +110,7 @@ def solve_mesh(vertices, faces) -> SolveMesh:
     num_vertices = len(np.asarray(vertices))
     distinct = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])
     faces = faces[distinct]
-    if len(faces):
-        _, first = np.unique(np.sort(faces, axis=1), axis=0, return_index=True)
-        faces = faces[np.sort(first)]
+    faces = faces[_first_rows(np.sort(faces, axis=1))]
     used = np.zeros(num_vertices, bool)
     used[faces.reshape(-1)] = True
     rows = np.flatnonzero(used)
@@ -239,16 +250,25 @@ def mesh_report(vertices, faces) -> MeshReport:
     unreferenced = int(np.sum((representative == np.arange(num_vertices)) & ~group_used))
     distinct = (welded[:, 0] != welded[:, 1]) & (welded[:, 1] != welded[:, 2]) & (welded[:, 0] != welded[:, 2])
     triangles = welded[distinct]
-    repeated = len(triangles) - len(np.unique(np.sort(triangles, axis=1), axis=0)) if len(triangles) else 0
+    repeated = len(triangles) - len(_first_rows(np.sort(triangles, axis=1)))
     half = triangles[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2)
     key = np.minimum(half[:, 0], half[:, 1]) * max(num_vertices, 1) + np.maximum(half[:, 0], half[:, 1])
-    _, edge, count = np.unique(key, return_inverse=True, return_counts=True)
-    forward = np.bincount(edge.reshape(-1), weights=half[:, 0] < half[:, 1], minlength=len(count))
+    # Each edge's run in the sorted keys: its face count, and how many of them run along it upwards.
+    order = np.argsort(key, kind="stable")
+    starts = (
+        np.flatnonzero(np.concatenate([[True], key[order][1:] != key[order][:-1]]))
+        if len(key)
+        else np.zeros(0, np.int64)
+    )
+    count = np.diff(np.append(starts, len(key)))
+    forward = np.add.reduceat((half[order, 0] < half[order, 1]).astype(np.int64), starts) if len(key) else count
     components = 0
     if len(triangles):
         graph = coo_matrix((np.ones(len(half)), (half[:, 0], half[:, 1])), shape=(num_vertices, num_vertices)).tocsr()
         _, labels = connected_components(graph, directed=False)
-        components = len(np.unique(labels[np.unique(triangles)]))
+        used = np.zeros(num_vertices, bool)
+        used[triangles.reshape(-1)] = True
+        components = int(np.count_nonzero(np.bincount(labels[used])))
     return MeshReport(
         num_vertices=num_vertices,
         num_faces=len(f),
