@@ -221,3 +221,22 @@ def test_exact_touching_is_reported(vertices, faces):
     vertices, faces = np.array(vertices), np.array(faces)
     np.testing.assert_array_equal(tt.find_intersections(vertices, faces), libigl_pairs(vertices, faces))
     assert len(libigl_pairs(vertices, faces)) == 1
+
+
+def test_the_halves_of_a_planar_quad_are_settled_in_floats():
+    """Two faces across a shared edge with their third vertices on either side of it cannot be folded
+    onto each other: the float kernel says so (no exact settling), coplanar to rounding or not; two
+    on one side stay for exact arithmetic (or are called crossing)."""
+    from tritri_jax._kernels import classify
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        rotation, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+        quad = np.array([[0.0, 0, 0], [1, 0, 0], [1.3, 0.9, 0], [-0.2, 1.1, 0]]) @ rotation.T + rng.normal(size=3)
+        u, v = quad[[0, 1, 2]], quad[[0, 2, 3]]
+        crossing, ambiguous = classify(jnp.asarray(u), jnp.asarray(v))
+        assert not bool(crossing) and not bool(ambiguous)
+        folded = quad[[0, 2, 1]] * (1 - 1e-3) + 1e-3 * quad[[0, 2, 1]].mean(0)  # inside u, sharing (0, 2)
+        folded[:2] = quad[[0, 2]]
+        crossing, ambiguous = classify(jnp.asarray(u), jnp.asarray(folded))
+        assert bool(crossing) or bool(ambiguous)

@@ -107,6 +107,7 @@ class _Parts(NamedTuple):
     valid: Array
     coplanar_overlap: Array
     ambiguous: Array  # within rounding distance of changing the crossing verdict
+    opened: Array  # shares an edge, the third vertices certainly on either side of it: not folded
 
 
 def _frame(ops, u, v):
@@ -272,6 +273,25 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
     touch = on_plane | (coplanar & touch_2d & ~shared) | subnormal
     ambiguous = near_plane | near_end | near_flat | (coplanar & near_2d) | (thin & (ok_u | ok_v)) | touch
     ends = [e * scale for e in ends]
+
+    # Two faces sharing an edge (a planar quad split in two, a flat region) cross only folded flat
+    # onto each other; with their third vertices certainly on either side of the edge they do not,
+    # coplanar or not, which the interval test above leaves to exact arithmetic.
+    def third(tri, is_shared):
+        return ops.where(~is_shared[0], tri[0], ops.where(~is_shared[1], tri[1], tri[2]))
+
+    first, last = ops.where(shared_u[0], u[0], u[1]), ops.where(shared_u[2], u[2], u[1])
+    edge = ops.sub(last, first)
+    side_u = ops.cross(edge, ops.sub(third(u, shared_u), first))
+    side_v = ops.cross(edge, ops.sub(third(v, shared_v), first))
+    # each side vector is within ~8 eps |edge| |third - first| of its exact value
+    bound = _AMBIGUOUS_TOL * eps * jnp.sqrt(ops.dot(side_u, side_u) * ops.dot(side_v, side_v))
+    bound = bound + _AMBIGUOUS_TOL * eps * ops.dot(edge, edge) * jnp.sqrt(
+        ops.dot(ops.sub(third(u, shared_u), first), ops.sub(third(u, shared_u), first))
+        * ops.dot(ops.sub(third(v, shared_v), first), ops.sub(third(v, shared_v), first))
+    )
+    two_shared = (sum(x.astype(jnp.int32) for x in shared_u) == 2) & (sum(x.astype(jnp.int32) for x in shared_v) == 2)
+    opened = two_shared & (ops.dot(side_u, side_v) < -bound)
     return _Parts(
         tc0=ends[0],
         tc1=ends[1],
@@ -280,6 +300,7 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
         valid=valid,
         coplanar_overlap=coplanar_overlap,
         ambiguous=ambiguous,
+        opened=opened,
     )
 
 
@@ -383,7 +404,8 @@ def classify(u: Triangle, v: Triangle, layout=SOA):
     Forward only, in the vectorised layout by default (see ``_vec3``).
     """
     p = _parts(layout, u, v)
-    return (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap, p.ambiguous
+    crossing = (p.valid & (p.tc0 < 0) & (p.tc1 > 0)) | p.coplanar_overlap
+    return crossing & ~p.opened, p.ambiguous & ~p.opened
 
 
 def _widened(u, v, margin):
