@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._broad_phase import CandidatePairs, candidate_pairs
-from ._kernels import crossing_length, gauss_newton_factor, pair_energy
+from ._kernels import crossing_length, pair_energy
+from ._pair_hessian import gauss_newton_factor
 from ._sizes import default_capacity
 from ._types import Array, Faces, Float, Int, Vertices
 
