@@ -106,8 +106,9 @@ class SolveMesh(NamedTuple):
 
 def solve_mesh(vertices, faces) -> SolveMesh:
     """The ``SolveMesh`` of a mesh (``faces`` in the input's vertex numbering)."""
-    faces = welded_faces(vertices, faces)
-    num_vertices = len(np.asarray(vertices))
+    representative = coincident(vertices)
+    num_vertices = len(representative)
+    faces = representative[np.asarray(faces)].reshape(-1, 3)
     distinct = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])
     faces = faces[distinct]
     faces = faces[_first_rows(np.sort(faces, axis=1))]
@@ -116,7 +117,7 @@ def solve_mesh(vertices, faces) -> SolveMesh:
     rows = np.flatnonzero(used)
     renumber = np.full(num_vertices, -1, np.int64)
     renumber[rows] = np.arange(len(rows))
-    index = renumber[coincident(vertices)] if num_vertices else renumber
+    index = renumber[representative]
     copies = np.bincount(index[index >= 0], minlength=len(rows))
     return SolveMesh(rows, index, renumber[faces].reshape(-1, 3), copies)
 
