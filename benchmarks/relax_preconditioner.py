@@ -18,7 +18,7 @@ from _relax_starts import MESHES, phase1_starts, relax_from, table_header, table
 
 from tritri_jax._elastic import laplacian_matrix
 from tritri_jax._multigrid import multigrid
-from tritri_jax._untangle import UntangleOptions, _relax_setup
+from tritri_jax._untangle import UntangleOptions, _phase2
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--starts", type=int, default=3)
@@ -38,9 +38,12 @@ ratios = []
 for name in args.only or MESHES:
     settings = UntangleOptions()
     problem, starts = phase1_starts(name, settings, args.starts)
-    per_edge = _relax_setup(problem, settings, starts[0])
+    theta, per_edge = _phase2(problem, settings)
     uniform = dataclasses.replace(
-        per_edge, preconditioner=multigrid(uniform_stiffness(problem, settings), dtype=problem.theta.dtype)
+        per_edge,
+        preconditioner=multigrid(
+            uniform_stiffness(problem, settings), dtype=problem.theta.dtype, padded_rows=theta.shape[0]
+        ),
     )
     new, old = relax_from(problem, settings, starts, per_edge), relax_from(problem, settings, starts, uniform)
     ratios.append(table_row(name, new, old))

@@ -20,7 +20,7 @@ from tritri_jax._neighbours import (
     crossing_check,
     neighbours,
 )
-from tritri_jax._untangle import UntangleOptions, _normalise, _relax_setup
+from tritri_jax._untangle import UntangleOptions, _normalise, _phase2, _relax_setup
 
 
 def _two_sheets(n=8):
@@ -40,8 +40,8 @@ def _two_sheets(n=8):
 def sheets():
     vertices, faces = _two_sheets()
     problem = _normalise(vertices, faces, jnp.float64)
-    setup = _relax_setup(problem, UntangleOptions(), problem.theta)
-    return problem, setup
+    theta, setup = _phase2(problem, UntangleOptions(), pad=False)  # unpadded: compared with brute force
+    return problem, _relax_setup(theta, UntangleOptions(), theta, setup)
 
 
 def _pair_set(rows, count):

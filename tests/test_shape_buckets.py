@@ -1,5 +1,6 @@
 """Shape buckets: padded meshes give the same answers as unpadded ones, and one bucket compiles once."""
 
+import functools
 import os
 
 import jax
@@ -84,7 +85,8 @@ def test_find_intersections_is_exact_at_every_size_of_a_bucket(dtype):
 
 
 class _CompileCount:
-    """Counts XLA backend compiles of functions whose name contains ``name``."""
+    """Counts the compiles (lowerings: also when the persistent cache then supplies the executable)
+    of functions whose name contains ``name``."""
 
     def __init__(self, name):
         self.name, self.count = name, 0
@@ -94,7 +96,7 @@ class _CompileCount:
         return self
 
     def _listen(self, event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration" and self.name in str(kwargs.get("fun_name", "")):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration" and self.name in str(kwargs.get("fun_name", "")):
             self.count += 1
 
     def __exit__(self, *exc):
@@ -217,3 +219,90 @@ def test_many_sizes_in_one_process_keep_memory_maps_bounded(monkeypatch):
         most = max(most, _memory.memory_mappings()[0])
     assert releases >= 1
     assert most < start + 1500 + 2000
+
+
+@functools.lru_cache
+def _relax_problem(dtype):
+    """Two spheres scaled as ``untangle`` scales them, and phase 1's intersection-free point."""
+    from tritri_jax._untangle import _normalise
+
+    vertices, faces = tt.scenes.two_spheres(7)
+    problem = _normalise(vertices.astype(np.float64), faces, dtype)
+    return problem, tt.untangle(np.asarray(problem.theta), faces, relax=False).vertices  # phase 1 only
+
+
+def test_padded_relax_takes_the_unpadded_steps():
+    """Phase 2 on a mesh as it is and padded to its bucket (vertices, faces, edges, adjacent pairs,
+    the multigrid's levels, sparse widths): the same Newton steps to the same point (to round-off),
+    the padding vertices unmoved, and the same implicit gradient."""
+    from tritri_jax._relax import adjoint_jit
+    from tritri_jax._untangle import UntangleOptions, _pad_like, _phase2, _run_relax
+
+    settings = UntangleOptions()
+    problem, x1 = _relax_problem(np.float64)
+    cotangent = jnp.asarray(np.random.default_rng(0).normal(size=x1.shape))
+    runs = []
+    for pad in (False, True):
+        theta, setup = _phase2(problem, settings, pad=pad)
+        x, setup, (steps, _, energy, _) = _run_relax(theta, settings, _pad_like(x1, theta), setup)
+        grad = adjoint_jit(x, theta, setup, _pad_like(cotangent, jnp.zeros_like(theta)), cg_iters=500)
+        runs.append((np.asarray(x), steps, energy, np.asarray(grad), np.asarray(theta)))
+    (x, steps, energy, grad, _), (px, psteps, penergy, pgrad, ptheta) = runs
+    assert len(px) > len(x) and steps == psteps > 0
+    np.testing.assert_allclose(penergy, energy, rtol=1e-9)
+    np.testing.assert_allclose(px[: len(x)], x, atol=1e-9)
+    np.testing.assert_array_equal(px[len(x) :], ptheta[len(x) :])
+    np.testing.assert_array_equal(pgrad[len(x) :], 0)
+    np.testing.assert_allclose(pgrad[: len(x)], grad, atol=1e-9 * np.abs(grad).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_padded_relax_energy_gradient_and_hessian_equal_the_unpadded(dtype):
+    """What a Newton step of phase 2 reads at phase 1's point (energy, gradient, the Hessian and the
+    multigrid preconditioner applied to a vector), with and without padding, float32 and float64."""
+    from tritri_jax._barrier import barrier_blocks, block_vector_product
+    from tritri_jax._elastic import elastic_hessian
+    from tritri_jax._multigrid import v_cycle
+    from tritri_jax._neighbours import neighbours
+    from tritri_jax._relax import relax_energy
+    from tritri_jax._untangle import UntangleOptions, _pad_like, _phase2
+
+    @jax.jit
+    def measure(x, theta, setup, v):
+        rest = setup.rest(theta)
+        near = neighbours(x, setup, rest.h)
+        energy, gradient = jax.value_and_grad(relax_energy)(x, theta, setup, near)
+        blocks = barrier_blocks(x, setup.faces, near.close, near.num_close, setup.margin * rest.h, exact=True)
+        elastic = elastic_hessian(x, rest, setup.pattern, exact=True)
+        product = elastic(v) + setup.barrier_weight * block_vector_product(blocks, v)
+        return energy, gradient, product, v_cycle(setup.preconditioner, v), near.num_close
+
+    settings = UntangleOptions(margin=0.5)  # the barrier's reach: half an edge, so that pairs are within it
+    problem, x1 = _relax_problem(dtype)
+    v = jnp.asarray(np.random.default_rng(1).normal(size=x1.shape), dtype)
+    runs = []
+    for pad in (False, True):
+        theta, setup = _phase2(problem, settings, pad=pad)
+        x = _pad_like(x1, theta)
+        runs.append(measure(x, theta, setup, _pad_like(v, jnp.zeros_like(theta))))  # default buffers: ample here
+    (energy, gradient, product, cycle, close), (penergy, pgradient, pproduct, pcycle, pclose) = runs
+    n, rtol = len(x1), (1e-10 if dtype == np.float64 else 2e-4)
+    assert int(close) == int(pclose) > 0
+    np.testing.assert_allclose(float(penergy), float(energy), rtol=rtol)
+    for plain, padded in ((gradient, pgradient), (product, pproduct), (cycle, pcycle)):
+        plain, padded = np.asarray(plain), np.asarray(padded)
+        np.testing.assert_allclose(padded[:n], plain, atol=rtol * np.abs(plain).max())
+        np.testing.assert_array_equal(padded[n:], 0)
+
+
+def test_meshes_of_one_bucket_compile_phase_two_once():
+    """Three meshes of different vertex and face counts in one bucket: one compile of phase 2 (and
+    of its buffer sizing) for all, with the same certified result as each alone."""
+    vertices, faces = tt.scenes.two_spheres(9)  # 576 faces: bucket 640
+    meshes = [(vertices, faces[: len(faces) - k]) for k in (0, 30, 61)]  # holes: unreferenced vertices drop out
+    assert len({shape_bucket(len(f) + 1) for _, f in meshes}) == 1
+    jax.clear_caches()
+    with _CompileCount("relax") as relax, _CompileCount("close_count") as sizing:
+        results = [tt.untangle(v, f) for v, f in meshes]
+    assert relax.count == 1 and sizing.count == 1
+    assert all(bool(r.converged) and bool(r.relax_converged) for r in results)

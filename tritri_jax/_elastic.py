@@ -31,6 +31,7 @@ class RestShape(NamedTuple):
     target: jax.Array  # (V, 3)
     degree: jax.Array  # (V,)
     h: jax.Array  # mean rest edge length
+    live: jax.Array | None = None  # (E,) bool: the edges past ``num_edges`` are shape padding
 
 
 def unique_edges(faces) -> np.ndarray:
@@ -49,12 +50,23 @@ def laplacian(x, edges, degree):
     return degree[:, None] * x - neighbours
 
 
-def rest_shape(rest, edges, target=None) -> RestShape:
-    """Measure a rest shape (differentiable in ``rest`` and ``target``)."""
+def rest_shape(rest, edges, target=None, num_edges=None) -> RestShape:
+    """Measure a rest shape (differentiable in ``rest`` and ``target``).
+
+    ``num_edges`` (may be traced): only the first ``num_edges`` rows of ``edges`` are edges; the rest
+    is shape padding (``_sizes``), self-loops ``(p, p)`` at vertices no face uses: they add nothing
+    to the Laplacian (a loop counts twice in the degree and twice among the neighbours) and are left
+    out of ``h`` and of the springs."""
     edges = jnp.asarray(edges)
     degree = jax.ops.segment_sum(jnp.ones(2 * edges.shape[0], rest.dtype), edges.reshape(-1), rest.shape[0])
     lengths = safe_norm(rest[edges[:, 0]] - rest[edges[:, 1]])
-    h = jnp.mean(lengths) if edges.shape[0] else jnp.ones((), rest.dtype)
+    live = None
+    if num_edges is None:
+        h = jnp.mean(lengths) if edges.shape[0] else jnp.ones((), rest.dtype)
+    else:
+        live = jnp.arange(edges.shape[0]) < num_edges
+        total = jnp.sum(jnp.where(live, lengths, 0))
+        h = jnp.where(num_edges > 0, total / jnp.maximum(num_edges, 1), 1).astype(rest.dtype)
     return RestShape(
         edges=edges,
         rest_lengths=jnp.maximum(lengths, 1e-3 * h),
@@ -62,6 +74,7 @@ def rest_shape(rest, edges, target=None) -> RestShape:
         target=rest if target is None else target,
         degree=degree,
         h=h,
+        live=live,
     )
 
 
@@ -69,6 +82,8 @@ def elastic_residuals(x, rest: RestShape, *, bending=1.0, pull=1e-2):
     """All elastic residuals of ``x`` as one flat vector; the energy is its squared norm."""
     e = rest.edges
     springs = (safe_norm(x[e[:, 0]] - x[e[:, 1]]) - rest.rest_lengths) / rest.rest_lengths
+    if rest.live is not None:
+        springs = jnp.where(rest.live, springs, 0)
     bend = jnp.sqrt(bending) * (laplacian(x, e, rest.degree) - rest.rest_laplacian) / rest.h
     anchor = jnp.sqrt(pull) * (x - rest.target) / rest.h
     return jnp.concatenate([springs, bend.reshape(-1), anchor.reshape(-1)])
@@ -151,15 +166,16 @@ class ElasticPattern(NamedTuple):
     edge_slots: jax.Array  # (E, 2) int32
 
 
-def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64) -> ElasticPattern:
-    """The [`ElasticPattern`][tritri_jax._elastic.ElasticPattern] of a mesh's (unique) ``edges``."""
+def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> ElasticPattern:
+    """The [`ElasticPattern`][tritri_jax._elastic.ElasticPattern] of a mesh's (unique) ``edges``;
+    ``width``: a function of the fullest row's count giving the slot count to use (a bucket)."""
     edges = np.asarray(edges, np.int64).reshape(-1, 2)
     n = num_vertices
     lap = laplacian_matrix(edges, n)
     structure = (abs(lap) @ abs(lap) + sp.identity(n)).tocsr()  # every row has its diagonal
     structure.sort_indices()
     counts = np.diff(structure.indptr)
-    width = max(int(counts.max(initial=0)), 1)
+    width = (width or (lambda k: k))(max(int(counts.max(initial=0)), 1))
     rows = np.repeat(np.arange(n), counts)
     slot = np.arange(structure.nnz) - np.repeat(structure.indptr[:-1], counts)
     keys = rows * n + structure.indices  # ascending: rows in order, sorted columns within each
@@ -204,6 +220,8 @@ def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0,
     outer = n[:, :, None] * n[:, None, :]
     eye = jnp.eye(3, dtype=x.dtype)
     spring = (2 / rest_length**2)[:, None, None] * outer + across[:, None, None] * (eye - outer)
+    if rest.live is not None:
+        spring = jnp.where(rest.live[:, None, None], spring, 0)
     spring = jnp.moveaxis(spring, 0, -1)  # (3, 3, E)
     scalar = (2 / rest.h**2) * (bending * pattern.laplacian_sq)
     scalar = scalar.at[jnp.arange(x.shape[0]), pattern.diagonal].add(2 * pull / rest.h**2)

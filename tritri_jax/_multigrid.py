@@ -18,7 +18,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-from ._sizes import shape_bucket
+from ._sizes import shape_bucket, slot_bucket
 from ._types import Array
 
 
@@ -53,15 +53,18 @@ class Ell(eqx.Module):
 UNROLLED_SLOTS = 32
 
 
-def ell(matrix, dtype, width=None) -> Ell:
+def ell(matrix, dtype, width=None, rows=None) -> Ell:
     """``matrix`` (any scipy sparse matrix) in ELLPACK form, as many slots per row as its fullest row
-    has; ``width``: a function of that count giving the slot count to use instead (a bucket).
+    has; ``width``: a function of that count giving the slot count to use instead (a bucket);
+    ``rows``: the row count to pad to (shape padding: rows of zeros).
 
     Where the fullest rows hold more than twice the entries of 99 % of the rows (a vertex of very
     high valence), the slots cover those 99 % and the rest goes to ``Ell.extra`` (its length
     rounded up by ``_sizes.shape_bucket``): on a 31k-face UV sphere, whose poles have 124
     neighbours, the Laplacian's slots fell from 128 to 8."""
     csr = sp.csr_matrix(matrix)
+    if rows is not None and rows > csr.shape[0]:
+        csr = sp.vstack([csr, sp.csr_matrix((rows - csr.shape[0], csr.shape[1]))]).tocsr()
     counts = np.diff(csr.indptr)
     most = max(int(counts.max(initial=0)), 1)
     typical = max(int(np.quantile(counts, 0.99, method="lower")) if len(counts) else 1, 1)
@@ -97,11 +100,16 @@ class Multigrid(eqx.Module):
     sweeps: int = eqx.field(static=True)
 
 
-def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int = 1) -> Multigrid:
+def multigrid(
+    matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int = 1, padded_rows: int | None = None
+) -> Multigrid:
     """Build the hierarchy of the sparse symmetric positive definite ``matrix`` (host side, once).
 
     ``max_coarse``: the largest coarsest level, solved exactly (a dense pseudo-inverse); ``sweeps``: Jacobi
-    sweeps before and after each coarse correction."""
+    sweeps before and after each coarse correction. ``padded_rows``: the finest level's row count
+    with shape padding (``_sizes``); the coarser levels are then padded to ``shape_bucket`` rows and
+    every matrix's slots to ``slot_bucket``, all with zeros, so that the hierarchies of meshes of
+    nearby sizes have one shape. The V-cycle returns zeros on the padding rows."""
     import pyamg  # here, not at the top: it adds ~0.13 s to every start of the CLI, which ``check`` never uses
 
     matrix = sp.csr_matrix(matrix, dtype=np.float64)
@@ -122,13 +130,39 @@ def multigrid(matrix, *, dtype=jnp.float64, max_coarse: int = 200, sweeps: int =
             jacobi.append(jnp.asarray((4 / 3) * inverse / radius, dtype))  # damped Jacobi, omega = 4 / (3 rho)
     finally:
         np.random.set_state(state)
+    # The pseudo-inverse: the coarsest level is singular where its aggregates are (see above).
+    coarse_inverse = scipy.linalg.pinvh(levels[-1].A.toarray())
+    if padded_rows is None:
+        return Multigrid(
+            operators=tuple(ell(level.A, dtype) for level in levels[:-1]),
+            prolongations=tuple(ell(level.P, dtype) for level in levels[:-1]),
+            restrictions=tuple(ell(level.P.T, dtype) for level in levels[:-1]),
+            jacobi=tuple(jacobi),
+            coarse_inverse=jnp.asarray(coarse_inverse, dtype),
+            sweeps=sweeps,
+        )
+    sizes = [padded_rows] + [shape_bucket(level.A.shape[0]) for level in levels[1:]]
+
+    def padded(matrix, cols):  # more columns of zeros (the rows are ``ell``'s)
+        matrix = sp.csr_matrix(matrix)
+        return sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(matrix.shape[0], cols))
+
+    coarse = np.zeros((sizes[-1], sizes[-1]))
+    coarse[: len(coarse_inverse), : len(coarse_inverse)] = coarse_inverse
     return Multigrid(
-        operators=tuple(ell(level.A, dtype) for level in levels[:-1]),
-        prolongations=tuple(ell(level.P, dtype) for level in levels[:-1]),
-        restrictions=tuple(ell(level.P.T, dtype) for level in levels[:-1]),
-        jacobi=tuple(jacobi),
-        # The pseudo-inverse: the coarsest level is singular where its aggregates are (see above).
-        coarse_inverse=jnp.asarray(scipy.linalg.pinvh(levels[-1].A.toarray()), dtype),
+        operators=tuple(
+            ell(padded(level.A, n), dtype, slot_bucket, n) for level, n in zip(levels[:-1], sizes, strict=False)
+        ),
+        prolongations=tuple(
+            ell(padded(level.P, m), dtype, slot_bucket, n)
+            for level, n, m in zip(levels[:-1], sizes, sizes[1:], strict=False)
+        ),
+        restrictions=tuple(
+            ell(padded(level.P.T, n), dtype, slot_bucket, m)
+            for level, n, m in zip(levels[:-1], sizes, sizes[1:], strict=False)
+        ),
+        jacobi=tuple(jnp.pad(w, (0, n - w.shape[0])) for w, n in zip(jacobi, sizes, strict=False)),
+        coarse_inverse=jnp.asarray(coarse, dtype),
         sweeps=sweeps,
     )
 

@@ -19,7 +19,7 @@ from ._barrier import shared_vertices
 from ._broad_phase import candidate_pairs, face_bounds, stream_compact
 from ._detect import judge_pairs
 from ._distance import pair_distance_sq
-from ._elastic import ElasticPattern
+from ._elastic import ElasticPattern, RestShape, rest_shape
 from ._mesh_energy import pair_triangles
 from ._multigrid import Multigrid
 from ._types import Array
@@ -41,6 +41,14 @@ class RelaxSetup(eqx.Module):
     max_step: float  # largest vertex move per Newton step, in h
     pattern: ElasticPattern  # where the elastic Hessian's blocks sit (``elastic_hessian``)
     preconditioner: Multigrid | None = None  # of the constant elastic stiffness (``stiffness_matrix``)
+    # With shape padding (``_sizes.pad_relax``): how many rows of ``faces`` and ``edges`` are real
+    # (traced, so that the meshes of one bucket share the compiled phase 2); ``None``: all of them.
+    num_faces: Array | None = None
+    num_edges: Array | None = None
+
+    def rest(self, theta) -> RestShape:
+        """The rest shape ``theta`` measured on this mesh's (real) edges."""
+        return rest_shape(theta, self.edges, num_edges=self.num_edges)
 
 
 class Neighbours(eqx.Module):
@@ -206,7 +214,12 @@ def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None 
     dhat = setup.margin * h
     x = lax.stop_gradient(x)
     candidates = candidate_pairs(
-        x, setup.faces, capacity=setup.capacity, skip_vertex_adjacent=True, padding=0.5 * dhat + reach
+        x,
+        setup.faces,
+        capacity=setup.capacity,
+        skip_vertex_adjacent=True,
+        padding=0.5 * dhat + reach,
+        num_faces=setup.num_faces,
     )
     count = jnp.minimum(candidates.count, setup.capacity)
     # room behind the neighbours for the adjacent pairs that can be close or cross at a trial point

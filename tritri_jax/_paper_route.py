@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._broad_phase import candidate_pairs
-from ._elastic import elastic_energy, elastic_gauss_newton, rest_shape
+from ._elastic import elastic_energy, elastic_gauss_newton
 from ._memory import releasable_jit
 from ._mesh_energy import hessian_vector_product, pair_mask, pair_system, pairs_energy
 from ._neighbours import RelaxSetup
@@ -17,7 +17,7 @@ def paper_route(theta, setup: RelaxSetup, capacities, kappa, *, rounds: int, ite
     """The paper's route: Newton on elastic + kappa * sum T, Gauss-Newton pair blocks, CG, a line
     search that scores trial points with the pairs detected there, kappa continuation. No step is
     rejected for creating crossings (the paper has no such rule); the step is capped at 0.5 h."""
-    rest = rest_shape(theta, setup.edges)
+    rest = setup.rest(theta)
 
     def near(y):
         candidates = candidate_pairs(lax.stop_gradient(y), setup.faces, capacity=capacities.candidates)

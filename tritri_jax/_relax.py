@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from ._barrier import barrier_blocks, barrier_energy, block_vector_product
-from ._elastic import elastic_energy, elastic_hessian, rest_shape
+from ._elastic import elastic_energy, elastic_hessian
 from ._memory import releasable_jit
 from ._multigrid import v_cycle
 from ._neighbours import Neighbours, RelaxSetup, advance, close_pairs, crossing_check, neighbours
@@ -42,7 +42,7 @@ from ._newton import conjugate_gradient, newton_loop
 def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):
     """Elastic energy to the rest shape ``theta`` plus the barrier on the neighbours closer than
     ``dhat``; ``inf`` if they do not fit in ``active_capacity`` (or the neighbour list overflowed)."""
-    rest = rest_shape(theta, setup.edges)
+    rest = setup.rest(theta)
     dhat = setup.margin * rest.h
     elastic = elastic_energy(x, rest, bending=setup.bending, pull=setup.pull)
     close, count = close_pairs(x, setup, near, dhat)
@@ -77,7 +77,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     CG product 0.65 -> 0.32 ms on the trefoil knot). One ``newton_loop``, so its energy, gradient,
     neighbour list and crossing check compile once (two loops, one per operator, compiled for twice
     as long). Returns its ``NewtonResult``."""
-    rest = rest_shape(theta, setup.edges)
+    rest = setup.rest(theta)
     dhat = setup.margin * rest.h
 
     def prepare(x, reach, previous):
@@ -137,7 +137,7 @@ def close_count(x, theta, setup: RelaxSetup):
     """For the eager sizing of the buffers at ``x``: how many neighbours are closer than ``dhat``,
     how many the crossing check examines closely (survivors of its plane-side early-out), how many
     neighbours there are (also past the list), and whether their list overflowed."""
-    rest = rest_shape(theta, setup.edges)
+    rest = setup.rest(theta)
     near = neighbours(x, setup, rest.h)
     found = crossing_check(x, setup, near)
     close = near.num_close
@@ -150,7 +150,7 @@ close_count_jit = releasable_jit(close_count)
 def adjoint(x_star, theta, setup: RelaxSetup, cotangent, cg_iters: int):
     """Implicit-function VJP at a stationary point: solve $H \\lambda = \\bar x$ with the exact Hessian of
     $E$ (neighbours fixed), return $-(\\partial_\\theta \\nabla_x E)^T \\lambda$."""
-    near = neighbours(x_star, setup, rest_shape(theta, setup.edges).h)
+    near = neighbours(x_star, setup, setup.rest(theta).h)
 
     def gradient(x, th):
         return jax.grad(relax_energy)(x, th, setup, near)

@@ -50,3 +50,35 @@ def pad_mesh(vertices, faces):
     vertices = np.concatenate([vertices, np.repeat(vertices[:1], num_v - len(vertices), axis=0)])
     faces = np.concatenate([faces, np.repeat(faces[:1], num_f - len(faces), axis=0)])
     return vertices, faces
+
+
+def relax_sizes(num_vertices: int, num_faces: int, num_edges: int, num_adjacent: int):
+    """Phase 2's padded ``(vertices, faces, edges, adjacent face pairs)`` counts, each with room for
+    at least one padding row. The faces take the ladder; the others are tied to the faces' rung
+    where the mesh is typical (a closed mesh has ``F / 2 + 2`` vertices and ``1.5 F`` edges, and a
+    face shares a vertex with ~12 others), so that two meshes in one face bucket also share the
+    others: ``F / 2 + 3`` vertices, ``2 F`` edges and ``8 F`` (or ``12, 16, 24, ...`` x ``F``)
+    adjacent pairs at least."""
+    faces = shape_bucket(num_faces + 1)
+    vertices = max(shape_bucket(num_vertices + 1), shape_bucket(faces // 2 + 3))
+    edges = max(shape_bucket(num_edges), 2 * faces)
+    adjacent = faces * slot_bucket(-(-num_adjacent // faces))
+    return vertices, faces, edges, adjacent
+
+
+def pad_relax(vertices, faces, edges, adjacent):
+    """Phase 2's arrays padded to ``relax_sizes``, so that the meshes of one bucket share its
+    compiled code: ``(vertices, faces, edges, adjacent)``.
+
+    Padding vertices are copies of vertex 0 (the first, ``p``, at index ``len(vertices)``); padding
+    faces ``(p, p, p)`` (inert where the callee is told the real face count); padding edges the
+    loops ``(p, p)``, padding face pairs a padding face with itself (no non-incident primitives)."""
+    vertices, faces = np.asarray(vertices), np.asarray(faces, np.int32)
+    edges, adjacent = np.asarray(edges, np.int32).reshape(-1, 2), np.asarray(adjacent, np.int32).reshape(-1, 2)
+    p, q = len(vertices), len(faces)
+    num_v, num_f, num_e, num_a = relax_sizes(p, q, len(edges), len(adjacent))
+    vertices = np.concatenate([vertices, np.repeat(vertices[:1], num_v - p, axis=0)])
+    faces = np.concatenate([faces, np.full((num_f - q, 3), p, np.int32)])
+    edges = np.concatenate([edges, np.full((num_e - len(edges), 2), p, np.int32)])
+    adjacent = np.concatenate([adjacent, np.full((num_a - len(adjacent), 2), q, np.int32)])
+    return vertices, faces, edges, adjacent

@@ -21,7 +21,7 @@ from ._neighbours import RelaxSetup, adjacent_face_pairs
 from ._paper_route import paper_route_jit
 from ._phase1 import Capacities, run_phase1
 from ._relax import adjoint_jit, close_count_jit, relax_jit
-from ._sizes import bucket
+from ._sizes import bucket, pad_relax, shape_bucket, slot_bucket
 from ._topology import solve_mesh
 from ._types import Array, Bool, Float, Int
 
@@ -246,6 +246,12 @@ def _solve_welded(v_np, f_np, settings, progress):
     return result, scattered
 
 
+def _shapes(*trees):
+    """The shapes, dtypes and static parts of ``trees``: what a compiled function is keyed on."""
+    leaves, structure = jax.tree_util.tree_flatten(trees)
+    return structure, tuple((np.shape(leaf), str(getattr(leaf, "dtype", type(leaf)))) for leaf in leaves)
+
+
 class _Problem(NamedTuple):
     """The mesh in the solver's frame: centred, scaled to unit bounding-box diagonal."""
 
@@ -268,33 +274,52 @@ def _normalise(v64, f_np, dtype):
     return _Problem(jnp.asarray(scaled, dtype), jnp.asarray(f_np, jnp.int32), edges, edges_np, h, centre, diagonal)
 
 
-def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
+def _phase2(problem: _Problem, settings: UntangleOptions, *, pad: bool = True):
+    """Phase 2's rest shape and its ``RelaxSetup`` (buffers not yet sized: ``_relax_setup``).
+
+    ``pad``: on the mesh padded to its shape bucket (``_sizes.pad_relax``: vertices, faces, edges,
+    adjacent face pairs; the multigrid's levels and every sparse row width too), so that the meshes
+    of one bucket share phase 2's compiled code and persistent-cache entries; the returned rest
+    shape then has the padding rows, and so must every point given to phase 2 (``_pad_like``)."""
+    theta, faces, edges = np.asarray(problem.theta), np.asarray(problem.faces), problem.edges_np
+    adjacent, counts, width = adjacent_face_pairs(faces), {}, None
+    if pad:
+        theta, faces, edges, adjacent = pad_relax(theta, faces, edges, adjacent)
+        counts = dict(num_faces=jnp.int32(problem.faces.shape[0]), num_edges=jnp.int32(len(problem.edges_np)))
+        width = slot_bucket
+    num_faces, dtype = len(faces), problem.theta.dtype
+    stiffness = stiffness_matrix(problem.theta, problem.edges_np, bending=settings.bending, pull=settings.pull)
+    setup = RelaxSetup(
+        faces=jnp.asarray(faces),
+        edges=jnp.asarray(edges),
+        adjacent=jnp.asarray(adjacent),
+        capacity=bucket(64 * num_faces),  # sized again below (the pretzel: 10 per face at 0.25 h)
+        active_capacity=bucket(num_faces // 8),
+        survivor_capacity=bucket(4 * num_faces),
+        bending=settings.bending,
+        pull=settings.pull,
+        margin=settings.margin,
+        barrier_weight=settings.barrier_weight,
+        max_step=settings.relax_step,
+        pattern=elastic_pattern(edges, len(theta), dtype, width=width),
+        preconditioner=multigrid(stiffness, dtype=dtype, padded_rows=len(theta) if pad else None),
+        **counts,
+    )
+    return jnp.asarray(theta, dtype), setup
+
+
+def _pad_like(x, theta):
+    """``x`` (phase 1's vertices) with ``theta``'s padding rows: there the pull to ``theta`` is zero."""
+    return jnp.concatenate([jnp.asarray(x, theta.dtype), theta[x.shape[0] :]])
+
+
+def _relax_setup(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
     """Size phase 2's buffers from the neighbours at ``x1`` (growing until nothing overflows there,
     with room for the neighbours to grow by half, the close pairs to quadruple and the crossing
     check's survivors to double: measured on the cinquefoil knot, a list 96 % full at ``x1``
     overflowed two Newton steps later, and the run had to be resized, recompiled and resumed)."""
-    num_faces, num_vertices = problem.faces.shape[0], problem.theta.shape[0]
-    if setup is None:
-        setup = RelaxSetup(
-            faces=problem.faces,
-            edges=problem.edges,
-            adjacent=jnp.asarray(adjacent_face_pairs(np.asarray(problem.faces))),
-            capacity=bucket(64 * num_faces),  # sized again below (the pretzel: 10 per face at 0.25 h)
-            active_capacity=bucket(num_faces // 8),
-            survivor_capacity=bucket(4 * num_faces),
-            bending=settings.bending,
-            pull=settings.pull,
-            margin=settings.margin,
-            barrier_weight=settings.barrier_weight,
-            max_step=settings.relax_step,
-            pattern=elastic_pattern(problem.edges_np, num_vertices, problem.theta.dtype),
-            preconditioner=multigrid(
-                stiffness_matrix(problem.theta, problem.edges_np, bending=settings.bending, pull=settings.pull),
-                dtype=problem.theta.dtype,
-            ),
-        )
     while True:
-        close, survivors, count, overflowed = close_count_jit(x1, problem.theta, setup)
+        close, survivors, count, overflowed = close_count_jit(x1, theta, setup)
         if bool(overflowed):
             setup = dataclasses.replace(setup, capacity=max(2 * setup.capacity, bucket(3 * int(count) // 2 + 1)))
             continue
@@ -307,15 +332,15 @@ def _relax_setup(problem: _Problem, settings: UntangleOptions, x1, setup=None):
         return setup
 
 
-def _run_relax(problem: _Problem, settings: UntangleOptions, x1, setup=None):
-    """Phase 2 from ``x1`` (both stages of ``relax``), resumed (with larger buffers where one was
-    full) if it stalled short of a stationary point or stopped on a full buffer, at most 4 runs.
-    ``setup``: a ``RelaxSetup`` to start from (sized again at ``x1``), by default built here.
+def _run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
+    """Phase 2 from ``x1`` (both stages of ``relax``) on the rest shape ``theta`` with ``setup``
+    (``_phase2``; sized again at ``x1``), resumed (with larger buffers where one was full) if it
+    stalled short of a stationary point or stopped on a full buffer, at most 4 runs.
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
-    setup = _relax_setup(problem, settings, x1, setup)
+    setup = _relax_setup(theta, settings, x1, setup)
     x, steps, cg_total = x1, 0, 0
-    run = functools.partial(relax_jit, theta=problem.theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 2)
+    run = functools.partial(relax_jit, theta=theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 2)
     for _ in range(4):
         result = run(x, setup=setup, iters=settings.relax_iters, polish=settings.relax_polish)
         x = result.x
@@ -326,14 +351,14 @@ def _run_relax(problem: _Problem, settings: UntangleOptions, x1, setup=None):
         if finite and (float(result.gradient_norm) < _STATIONARY or not stalled):
             break
         # the same size after a stall: a plain retry, the step cap and the operator reset
-        setup = _relax_setup(problem, settings, x, setup)
+        setup = _relax_setup(theta, settings, x, setup)
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
 def _solve(v_np, f_np, settings: UntangleOptions, progress):
-    # Phase 2's shapes follow the connectivity, not only the counts: the key holds the faces.
     static = tuple(getattr(settings, name) for name in _STATIC_OPTIONS)
-    release_if_crowded(("untangle", v_np.shape, str(v_np.dtype), hash(np.asarray(f_np).tobytes()), static))
+    buckets = (shape_bucket(len(v_np)), shape_bucket(len(f_np)))
+    release_if_crowded(("untangle", buckets, str(v_np.dtype), static))
     start = time.perf_counter()
     dtype = v_np.dtype
     v64 = np.asarray(v_np, np.float64)
@@ -342,7 +367,8 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
         x1, remaining, steps = problem.theta, np.zeros((0, 2), np.int32), 0
         history = (np.zeros(0, np.int32), np.zeros(0))
     elif settings.method == "paper":
-        setup = _relax_setup(problem, settings, problem.theta)
+        theta, setup = _phase2(problem, settings, pad=False)
+        setup = _relax_setup(theta, settings, theta, setup)
         capacities = Capacities.for_faces(len(f_np), settings.capacity)
         x1, rounds, newton_steps, _ = paper_route_jit(
             problem.theta,
@@ -361,7 +387,10 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
     final, backward = x1, None
     relax_stats = (0, 0, float("nan"), float("nan"))
     if settings.relax and len(remaining) == 0 and len(f_np) > 1:
-        relaxed, setup, relax_stats = _run_relax(problem, settings, x1)
+        theta, setup = _phase2(problem, settings)
+        release_if_crowded(("relax", _shapes(theta, setup), static))
+        padded, setup, relax_stats = _run_relax(theta, settings, _pad_like(x1, theta), setup)
+        relaxed = padded[: x1.shape[0]]
         if progress:
             progress("relax", relax_stats[0], relax_stats[0])
         if len(find_intersections(relaxed, problem.faces)) == 0:
@@ -373,8 +402,9 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
                         "untangle: the implicit gradient needs phase 2 to end at a stationary point, but its "
                         f"gradient norm is {relax_stats[3]:.3g} (> {_STATIONARY:g}); raise relax_iters or relax_polish"
                     )
-                cotangent = jnp.asarray(cotangent, dtype) * problem.diagonal
-                return adjoint_jit(relaxed, problem.theta, setup, cotangent, cg_iters=500) / problem.diagonal
+                cotangent = _pad_like(jnp.asarray(cotangent, dtype) * problem.diagonal, jnp.zeros_like(theta))
+                gradient = adjoint_jit(padded, theta, setup, cotangent, cg_iters=500)
+                return gradient[: x1.shape[0]] / problem.diagonal
 
     out = np.asarray(final, np.float64) * problem.diagonal + problem.centre
     move = np.linalg.norm(out - v64, axis=1) / problem.diagonal
