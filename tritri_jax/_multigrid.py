@@ -133,15 +133,9 @@ def multigrid(
     # The pseudo-inverse: the coarsest level is singular where its aggregates are (see above).
     coarse_inverse = scipy.linalg.pinvh(levels[-1].A.toarray())
     if padded_rows is None:
-        return Multigrid(
-            operators=tuple(ell(level.A, dtype) for level in levels[:-1]),
-            prolongations=tuple(ell(level.P, dtype) for level in levels[:-1]),
-            restrictions=tuple(ell(level.P.T, dtype) for level in levels[:-1]),
-            jacobi=tuple(jacobi),
-            coarse_inverse=jnp.asarray(coarse_inverse, dtype),
-            sweeps=sweeps,
-        )
-    sizes = [padded_rows] + [shape_bucket(level.A.shape[0]) for level in levels[1:]]
+        sizes, width = [level.A.shape[0] for level in levels], None
+    else:
+        sizes, width = [padded_rows] + [shape_bucket(level.A.shape[0]) for level in levels[1:]], slot_bucket
 
     def padded(matrix, cols):  # more columns of zeros (the rows are ``ell``'s)
         matrix = sp.csr_matrix(matrix)
@@ -149,19 +143,16 @@ def multigrid(
 
     coarse = np.zeros((sizes[-1], sizes[-1]))
     coarse[: len(coarse_inverse), : len(coarse_inverse)] = coarse_inverse
+    fine, coarser = sizes[:-1], sizes[1:]
     return Multigrid(
-        operators=tuple(
-            ell(padded(level.A, n), dtype, slot_bucket, n) for level, n in zip(levels[:-1], sizes, strict=False)
-        ),
+        operators=tuple(ell(padded(level.A, n), dtype, width, n) for level, n in zip(levels, fine, strict=False)),
         prolongations=tuple(
-            ell(padded(level.P, m), dtype, slot_bucket, n)
-            for level, n, m in zip(levels[:-1], sizes, sizes[1:], strict=False)
+            ell(padded(level.P, m), dtype, width, n) for level, n, m in zip(levels, fine, coarser, strict=False)
         ),
         restrictions=tuple(
-            ell(padded(level.P.T, n), dtype, slot_bucket, m)
-            for level, n, m in zip(levels[:-1], sizes, sizes[1:], strict=False)
+            ell(padded(level.P.T, n), dtype, width, m) for level, n, m in zip(levels, fine, coarser, strict=False)
         ),
-        jacobi=tuple(jnp.pad(w, (0, n - w.shape[0])) for w, n in zip(jacobi, sizes, strict=False)),
+        jacobi=tuple(jnp.pad(w, (0, n - w.shape[0])) for w, n in zip(jacobi, fine, strict=False)),
         coarse_inverse=jnp.asarray(coarse, dtype),
         sweeps=sweeps,
     )
