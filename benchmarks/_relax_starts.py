@@ -30,7 +30,7 @@ def phase1_starts(name, settings: UntangleOptions, count: int):
     1e-9 h (random, seeded). Phase 1 is not timed."""
     vertices, faces = load_obj_triangulated(os.path.join(ROOT, f"{name}.obj"))
     problem = _normalise(np.asarray(vertices, np.float64), np.asarray(faces), jnp.float64)
-    x1, remaining, _, _ = run_phase1(problem, settings, None)
+    x1, remaining, *_ = run_phase1(problem, settings, None)
     assert len(remaining) == 0, f"{name}: phase 1 left {len(remaining)} pairs"
     x1 = np.asarray(x1)
     moved = [x1 + 1e-9 * problem.h * np.random.default_rng(seed).normal(size=x1.shape) for seed in range(1, count)]

@@ -45,7 +45,7 @@ def test_docs_build_in_strict_mode(tmp_path):
 
 def test_notebooks_are_stored_without_outputs():
     nbformat = pytest.importorskip("nbformat")
-    assert len(NOTEBOOKS) == 3
+    assert len(NOTEBOOKS) == 4
     for path in NOTEBOOKS:
         book = nbformat.read(path, as_version=4)
         for cell in book.cells:

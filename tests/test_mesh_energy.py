@@ -174,6 +174,15 @@ def test_energy_works_inside_a_users_jitted_loss(spheres):
     assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grad)))
 
 
+def test_a_full_capacity_inside_a_users_jit_is_an_error_not_a_smaller_energy(spheres):
+    vertices, faces = spheres
+    needed = int(tt.candidate_pairs(vertices, faces, capacity=16 * len(faces)).count)  # sized once, eagerly
+    energy = jax.jit(lambda x, capacity: tt.intersection_energy(x, faces, capacity=capacity), static_argnums=1)
+    assert float(energy(vertices, needed)) > 0
+    with pytest.raises(Exception, match="broad phase overflow: more candidate pairs than `capacity`"):
+        jax.block_until_ready(energy(vertices, needed - 1))
+
+
 def test_input_checks_name_the_problem():
     vertices, faces = tt.scenes.sphere(4)
     before = vertices.copy()

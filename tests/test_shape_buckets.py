@@ -15,6 +15,8 @@ from tritri_jax import _exact
 from tritri_jax._broad_phase import brute_force_candidates, default_cell_size, face_bounds
 from tritri_jax._sizes import pad_mesh, shape_bucket
 
+from .compiles import CompileCount
+
 _candidates = jax.jit(tt.candidate_pairs, static_argnames=("capacity", "skip_vertex_adjacent", "include_shared_edges"))
 
 
@@ -84,31 +86,12 @@ def test_find_intersections_is_exact_at_every_size_of_a_bucket(dtype):
         assert got == expected
 
 
-class _CompileCount:
-    """Counts the compiles (lowerings: also when the persistent cache then supplies the executable)
-    of functions whose name contains ``name``."""
-
-    def __init__(self, name):
-        self.name, self.count = name, 0
-
-    def __enter__(self):
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-        return self
-
-    def _listen(self, event, duration, **kwargs):
-        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration" and self.name in str(kwargs.get("fun_name", "")):
-            self.count += 1
-
-    def __exit__(self, *exc):
-        jax.monitoring.unregister_event_duration_listener(self._listen)
-
-
 def test_meshes_of_one_bucket_compile_detection_once():
     vertices, faces = tt.scenes.two_spheres(9)  # 576 faces, 292 vertices: bucket (640, 320)
     sizes = [len(faces) - k for k in (0, 13, 40, 61)]
     assert len({shape_bucket(s) for s in sizes}) == 1
     jax.clear_caches()
-    with _CompileCount("detect_on_device") as compiles:
+    with CompileCount("detect_on_device") as compiles:
         results = [tt.find_intersections(vertices, faces[:s]) for s in sizes]
     assert compiles.count == 1
     assert len(results[0]) > 0
@@ -142,7 +125,7 @@ def test_phase1_of_meshes_in_one_bucket_compiles_once():
     vertices, faces = tt.scenes.two_spheres(9)
     first, second = faces, faces[:-37]  # a hole does not matter to phase 1
     jax.clear_caches()
-    with _CompileCount("_phase1") as compiles:
+    with CompileCount("_phase1") as compiles:
         results = [tt.untangle(vertices, f, relax=False) for f in (first, second)]
     assert compiles.count == 1
     assert all(bool(r.converged) for r in results)
@@ -302,7 +285,7 @@ def test_meshes_of_one_bucket_compile_phase_two_once():
     meshes = [(vertices, faces[: len(faces) - k]) for k in (0, 30, 61)]  # holes: unreferenced vertices drop out
     assert len({shape_bucket(len(f) + 1) for _, f in meshes}) == 1
     jax.clear_caches()
-    with _CompileCount("relax") as relax, _CompileCount("close_count") as sizing:
+    with CompileCount("relax") as relax, CompileCount("close_count") as sizing:
         results = [tt.untangle(v, f) for v, f in meshes]
     assert relax.count == 1 and sizing.count == 1
     assert all(bool(r.converged) and bool(r.relax_converged) for r in results)

@@ -11,7 +11,8 @@ Layers, bottom to top (each module imports only modules before it in this list):
    ``_barrier`` (the barrier over near pairs), ``_elastic`` (springs, bending, pull);
 4. solvers: ``_newton``, ``_multigrid``; ``_phase1`` (untangle: descent on the curve length),
    ``_neighbours`` and ``_relax`` (relax: Newton on elastic + barrier), ``_paper_route``;
-5. the operator: ``_memory``, ``_untangle`` (``untangle`` and its implicit VJP);
+5. the operator: ``_memory``, ``_untangle`` (the solver and its VJP), ``_operator`` (``untangle``
+   eagerly and inside ``jit`` / ``vmap`` / ``grad``, ``Untangler``);
 6. the user's edges: ``scenes``, ``io``, ``viz``, ``cli``.
 """
 
@@ -30,6 +31,8 @@ from ._mesh_energy import intersection_energy as intersection_energy
 from ._mesh_energy import pair_system as pair_system
 from ._newton import NewtonResult as NewtonResult
 from ._newton import newton_cg as newton_cg
+from ._operator import Untangler as Untangler
+from ._operator import untangle as untangle
 from ._pair_hessian import GaussNewtonFactor as GaussNewtonFactor
 from ._pair_hessian import gauss_newton_factor as gauss_newton_factor
 from ._pair_hessian import pair_energy_grad_hessian as pair_energy_grad_hessian
@@ -37,6 +40,5 @@ from ._topology import MeshReport as MeshReport
 from ._topology import mesh_report as mesh_report
 from ._untangle import UntangleOptions as UntangleOptions
 from ._untangle import UntangleResult as UntangleResult
-from ._untangle import untangle as untangle
 
 __version__ = "0.1.0"

@@ -167,9 +167,10 @@ def _phase1(
 phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "patience"))
 
 
-def run_phase1(problem, settings, progress):
+def run_phase1(problem, settings, progress, floor: Capacities | None = None):
     """Phase 1 with restarts on ``problem`` (``untangle``'s normalised mesh) with ``settings`` (its
-    ``UntangleOptions``); returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths))``.
+    ``UntangleOptions``); returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths),
+    capacities)``: the detection's buffer sizes it ended with (at least ``floor``, grown on overflow).
 
     Runs on the mesh padded to its shape bucket (and the Laplacian's slots to theirs), so that the
     meshes of one bucket share one compiled phase 1."""
@@ -177,6 +178,8 @@ def run_phase1(problem, settings, progress):
     num_vertices, num_faces = problem.theta.shape[0], problem.faces.shape[0]
     theta, faces = (jnp.asarray(a) for a in pad_mesh(np.asarray(problem.theta), np.asarray(problem.faces)))
     capacities = Capacities.for_faces(faces.shape[0], settings.capacity)
+    if floor is not None:
+        capacities = Capacities(*map(max, capacities, floor))
     laplace = ell(laplacian_matrix(problem.edges_np, theta.shape[0]), dtype, width=slot_bucket)
     # phase 1's length unit: the mean edge length, or ``resolution`` where the mesh is finer, so that
     # a fine mesh steps (and smooths, over as much of the surface) as a coarser one of the same shape
@@ -238,4 +241,4 @@ def run_phase1(problem, settings, progress):
         lengths.append(np.asarray(state.lengths[: int(state.step)]))
         if len(remaining) == 0:
             break
-    return x1, remaining, total_steps, (np.concatenate(histories), np.concatenate(lengths))
+    return x1, remaining, total_steps, (np.concatenate(histories), np.concatenate(lengths)), capacities

@@ -1,11 +1,11 @@
-"""Layer 5: ``untangle``: phase 1 (``_phase1``), phase 2 (``_relax``), both certified by the exact
-detection, and the implicit VJP at phase 2's stationary point; ``method="paper"`` runs the paper's
-route (``_paper_route``) instead of phase 1."""
+"""Layer 5: the solver behind ``untangle`` (host-side, on concrete arrays): phase 1 (``_phase1``),
+phase 2 (``_relax``), both certified by the exact detection, and the VJP of its result (implicit at
+phase 2's stationary point); ``method="paper"`` runs the paper's route (``_paper_route``) instead of
+phase 1. ``_operator`` makes it a JAX operator."""
 
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -15,7 +15,6 @@ import numpy as np
 from ._detect import find_intersections
 from ._elastic import elastic_pattern, stiffness_matrix, unique_edges
 from ._memory import release_if_crowded
-from ._mesh_energy import check_mesh
 from ._multigrid import multigrid
 from ._neighbours import RelaxSetup, adjacent_face_pairs
 from ._paper_route import paper_route_jit
@@ -49,6 +48,12 @@ class UntangleOptions(NamedTuple):
     in ``h``; ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
+    ``gradient_fallback``: what the VJP does where the implicit gradient is not available (the
+    result is not phase 2's stationary point: ``relax=False``, phase 2 stopped short, or the result
+    is not certified): ``"raise"`` an error naming why; ``"approximate"``: at a certified point,
+    the same adjoint solve there (the derivative of one more Newton step with the point held fixed;
+    still an error where nothing is certified); ``"zero"``: a zero gradient, as
+    ``jax.lax.stop_gradient``.
 
     ```python
     >>> import tritri_jax as tt
@@ -82,6 +87,15 @@ class UntangleOptions(NamedTuple):
     barrier_weight: float = 1e-2
     relax_step: float = 0.25
     capacity: int | None = None
+    gradient_fallback: str = "raise"
+
+
+GRADIENT_FALLBACKS = ("raise", "approximate", "zero")
+
+# Options are static (no array leaves): an ``UntangleResult`` carrying them leaves a jitted function.
+jax.tree_util.register_pytree_node(
+    UntangleOptions, lambda options: ((), tuple(options)), lambda fields, _: UntangleOptions(*fields)
+)
 
 
 class UntangleResult(NamedTuple):
@@ -95,12 +109,15 @@ class UntangleResult(NamedTuple):
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
       (for ``method="paper"``: the count after each kappa round); ``history_length``: the
       intersection curve's length $\\sum \\ell$ there (in the input's units), what phase 1 descends on.
+      Inside ``jit`` / ``vmap`` both have the longest length a solve can reach (``max_steps`` x
+      (``restarts`` + 1), or ``paper_rounds``): the entries past ``iterations`` are ``-1`` and ``0``.
     - ``max_displacement``, ``mean_displacement``: vertex moves relative to the bounding-box diagonal.
     - ``worst_edge_ratio``: the smallest of (edge length / input length) and its inverse.
     - ``relax_energy``, ``relax_gradient_norm``: phase 2's energy and max-norm gradient at the end
       (NaN when phase 2 did not run); ``relax_converged``: that gradient is below ``1e-6``, a
       stationary point, where the implicit gradient is available.
-    - ``seconds``: wall time of the solve (compile included on the first call of a shape).
+    - ``seconds``: wall time of the solve (compile included on the first call of a shape; an array
+      inside ``jit``).
     - ``options``: the [`UntangleOptions`][tritri_jax.UntangleOptions] used.
 
     ```python
@@ -143,107 +160,140 @@ _STATIC_OPTIONS += ("relax_polish", "relax_cg_iters", "capacity")
 _STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
 
 
-def untangle(
-    vertices,
-    faces,
-    *,
-    progress: Callable | None = None,
-    **options,
-) -> UntangleResult:
-    """Make a self-intersecting mesh intersection-free: untangle (phase 1), then relax (phase 2).
-
-    Phase 1 descends on the length of the intersection curve, smoothed by the mesh Laplacian, with a
-    capped step and the crossings re-detected every step. Phase 2 restores the shape by Newton-CG on
-    an elastic energy to the input plus a log barrier on near pairs (IPC's), rejecting every step that
-    would create a crossing, to a stationary point. Both phases are certified by the exact
-    [`find_intersections`][tritri_jax.find_intersections]: ``converged`` is true only when it finds no
-    pair; if the relaxed mesh failed that check, the phase-1 mesh is returned. Connectivity is never
-    changed; several meshes passing through each other are one mesh with more faces.
-
-    Vertices at identical coordinates are one vertex, as in ``find_intersections``: a triangle soup
-    is solved welded and returned as a soup (the input's shapes, every copy of a vertex at one
-    position); vertices no face uses, and faces of one repeated vertex, stay as they are.
-
-    Differentiable (eagerly, with ``jax.grad``; not under ``jit``): the VJP of ``vertices`` with
-    respect to the input vertices (which are also the rest shape) comes from the implicit function
-    theorem at phase 2's stationary point, one adjoint CG solve, not from differentiating iterations.
-
-    **Arguments:**
-
-    - ``vertices`` ``(V, 3)`` float, ``faces`` ``(F, 3)`` int (numpy or JAX arrays; not modified).
-    - ``progress``: optional ``callback(phase, step, count)``, called from the host between chunks of
-      phase-1 steps (``phase="untangle"``, ``count``: crossing pairs) and once after phase 2
-      (``phase="relax"``, ``count``: Newton steps). Without it, each phase is one compiled loop.
-    - ``**options``: the fields of [`UntangleOptions`][tritri_jax.UntangleOptions] (``max_steps``,
-      ``step_fraction``, ``relax``, ``margin``, ``method="paper"``, ...), documented there.
-
-    **Returns:** an [`UntangleResult`][tritri_jax.UntangleResult].
-
-    ```python
-    >>> import jax, tritri_jax as tt
-    >>> jax.config.update("jax_enable_x64", True)
-    >>> vertices, faces = tt.scenes.two_spheres(6)
-    >>> result = tt.untangle(vertices, faces)
-    >>> bool(result.converged), int(result.num_intersections)
-    (True, 0)
-
-    ```
-    """
+def options_from(options: dict) -> UntangleOptions:
+    """``UntangleOptions`` from ``untangle``'s keyword arguments, checked."""
     unknown = set(options) - set(UntangleOptions._fields)
     if unknown:
         raise ValueError(f"untangle: unknown option(s) {sorted(unknown)}; see tritri_jax.UntangleOptions")
     settings = UntangleOptions(**options)
     if settings.method not in ("length", "paper"):
         raise ValueError(f"method must be 'length' or 'paper', got {settings.method!r}")
-    vertices, faces = check_mesh(vertices, faces)
-    faces_np = np.asarray(faces)
-    box = {}
-
-    @jax.custom_vjp
-    def solve(v):
-        box["result"], box["backward"] = _solve_welded(np.asarray(v), faces_np, settings, progress)
-        return jnp.asarray(box["result"].vertices, v.dtype)
-
-    def forward(v):
-        out = solve(v)
-        return out, None
-
-    def backward(_, cotangent):
-        if box["backward"] is None:
-            raise ValueError("untangle is differentiable only when phase 2 ran and certified its result (relax=True)")
-        return (box["backward"](cotangent).astype(cotangent.dtype),)
-
-    solve.defvjp(forward, backward)
-    out = solve(vertices)
-    return box["result"]._replace(vertices=out)
+    if settings.gradient_fallback not in GRADIENT_FALLBACKS:
+        raise ValueError(f"gradient_fallback must be one of {GRADIENT_FALLBACKS}, got {settings.gradient_fallback!r}")
+    return settings
 
 
-def _solve_welded(v_np, f_np, settings, progress):
+def history_size(settings: UntangleOptions) -> int:
+    """The longest ``history`` a solve with ``settings`` can have: its fixed length under ``jit``."""
+    return settings.paper_rounds if settings.method == "paper" else settings.max_steps * (settings.restarts + 1)
+
+
+@dataclasses.dataclass(eq=False)
+class Sizes:
+    """Buffer capacities kept across the calls of one ``Untangler`` (grown, never shrunk): phase 1's
+    detection (``Capacities``) and phase 2's lists (neighbours, close pairs, crossing-check
+    survivors). Its later calls start at them, so they run the executables the first compiled
+    instead of compiling for capacities sized to their own data."""
+
+    phase1: Capacities | None = None
+    relax: tuple[int, int, int] | None = None
+
+
+# What the VJP of a result can be: phase 2's stationary point (the implicit gradient), a certified
+# point that is not one (the adjoint there is an approximation), or an uncertified point (none).
+IMPLICIT, APPROXIMATE, UNAVAILABLE = 0, 1, 2
+FAILURES = (
+    "untangle: the implicit gradient needs phase 2 to end at a stationary point of a certified mesh, and "
+    "this result has none (relax=False, phase 2 stopped short, or its mesh failed the exact check); raise "
+    "relax_iters or relax_polish, or pass gradient_fallback='approximate' or 'zero'",
+    "untangle: no gradient: the result is not certified intersection-free (converged is false), so nothing "
+    "is stationary there; give the solver more steps, or pass gradient_fallback='zero'",
+)
+
+
+class Vjp:
+    """The VJP of ``untangle``'s vertices at the point it returned (``x``: the solver's frame, without
+    padding rows; ``problem=None``: fewer than two faces, the identity). ``prepared``: phase 2's
+    ``(theta, setup, padded x)`` where it ended there, else built when first asked.
+
+    The implicit function theorem at phase 2's stationary point ($\\nabla_x E(x^*, \\theta) = 0$) gives
+    $\\partial x^* / \\partial \\theta = -H^{-1} \\partial_\\theta \\nabla_x E$: one adjoint CG solve with the
+    exact Hessian. At a certified point that is not stationary the same solve is the derivative of one
+    more Newton step from it with the point held fixed (``gradient_fallback="approximate"``)."""
+
+    def __init__(self, problem, settings: UntangleOptions, x, status: int, gradient_norm=float("nan"), prepared=None):
+        self.problem, self.settings, self.x, self.status = problem, settings, x, status
+        self.gradient_norm, self.prepared = gradient_norm, prepared
+
+    def failure(self, fallback: str) -> int:
+        """0 if a gradient can be given with ``fallback``, else 1 + the index of its ``FAILURES`` message."""
+        if self.problem is None or self.status == IMPLICIT or fallback == "zero":
+            return 0
+        if self.status == APPROXIMATE:
+            return 0 if fallback == "approximate" else 1
+        return 2
+
+    def __call__(self, cotangent, fallback: str) -> np.ndarray:
+        cotangent = np.asarray(cotangent)
+        failed = self.failure(fallback)
+        if failed:
+            norm = f" (phase 2's gradient norm: {self.gradient_norm:.3g})" if failed == 1 else ""
+            raise ValueError(FAILURES[failed - 1] + norm)
+        if self.problem is None:
+            return cotangent
+        if self.status != IMPLICIT and fallback == "zero":
+            return np.zeros_like(cotangent)
+        if self.prepared is None:
+            theta, setup = _phase2(self.problem, self.settings)
+            padded = _pad_like(self.x, theta)
+            self.prepared = theta, _relax_setup(theta, self.settings, padded, setup), padded
+        theta, setup, padded = self.prepared
+        diagonal = self.problem.diagonal
+        scaled = _pad_like(jnp.asarray(cotangent, theta.dtype) * diagonal, jnp.zeros_like(theta))
+        gradient = adjoint_jit(padded, theta, setup, scaled, cg_iters=500)
+        return np.asarray(gradient[: self.x.shape[0]] / diagonal, cotangent.dtype)
+
+
+class _Welded:
+    """A ``Vjp`` on the solve mesh (``_topology.solve_mesh``) seen from the input's vertices: the
+    copies' cotangents summed, the gradient shared among them (as if the solve read their mean),
+    vertices no kept face uses passed through (the identity)."""
+
+    def __init__(self, vjp: Vjp, mesh):
+        self.vjp, self.mesh, self.status = vjp, mesh, vjp.status
+
+    def failure(self, fallback: str) -> int:
+        return self.vjp.failure(fallback)
+
+    def __call__(self, cotangent, fallback: str) -> np.ndarray:
+        cotangent, mesh = np.asarray(cotangent), self.mesh
+        used = mesh.index >= 0
+        summed = np.zeros((len(mesh.rows), 3), cotangent.dtype)
+        np.add.at(summed, mesh.index[used], cotangent[used])
+        solved = self.vjp(summed, fallback)
+        gradient = cotangent.copy()
+        gradient[used] = solved[mesh.index[used]] / mesh.copies[mesh.index[used], None]
+        return gradient
+
+
+def solve_welded(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None = None):
     """``_solve`` on the solve mesh (``_topology.solve_mesh``: coincident vertices welded, faces that
     cannot move apart left out), scattered back to the input's vertices: every copy of a vertex gets
-    its one position, unreferenced vertices stay where they are. The VJP sums the copies' cotangents
-    and shares the gradient among them (as if the solve read their mean)."""
+    its one position, unreferenced vertices stay where they are. Returns ``(result, vjp)``."""
     mesh = solve_mesh(v_np, f_np)
     if mesh.is_identity(len(v_np), len(f_np)):
-        return _solve(v_np, f_np, settings, progress)
-    result, backward = _solve(v_np[mesh.rows], mesh.faces, settings, progress)
+        return _solve(v_np, f_np, settings, progress, sizes)
+    result, vjp = _solve(v_np[mesh.rows], mesh.faces, settings, progress, sizes)
     used = mesh.index >= 0
     out = v_np.copy()
     out[used] = np.asarray(result.vertices)[mesh.index[used]]
-    result = result._replace(vertices=out)
-    if backward is None:
-        return result, None
+    return result._replace(vertices=out), _Welded(vjp, mesh)
 
-    def scattered(cotangent):
-        cotangent = np.asarray(cotangent)
-        summed = np.zeros((len(mesh.rows), 3), cotangent.dtype)
-        np.add.at(summed, mesh.index[used], cotangent[used])
-        solved = np.asarray(backward(summed))
-        gradient = cotangent.copy()  # unreferenced vertices: the identity
-        gradient[used] = solved[mesh.index[used]] / mesh.copies[mesh.index[used], None]
-        return jnp.asarray(gradient)
 
-    return result, scattered
+def vjp_at(v_np, f_np, settings: UntangleOptions, out_np, status: int):
+    """The VJP of ``out_np``, a result of ``untangle(v_np, f_np)`` with that ``status``, rebuilt from
+    these arrays (phase 2's set-up made again at that point): the backward pass under ``jit``, where
+    only arrays survive from the forward one."""
+    mesh = solve_mesh(v_np, f_np)
+    identity = mesh.is_identity(len(v_np), len(f_np))
+    if not identity:
+        v_np, f_np, out_np = v_np[mesh.rows], mesh.faces, out_np[mesh.rows]
+    problem, x = None, None
+    if len(f_np) > 1:
+        problem = _normalise(np.asarray(v_np, np.float64), f_np, v_np.dtype)
+        x = jnp.asarray((np.asarray(out_np, np.float64) - problem.centre) / problem.diagonal, v_np.dtype)
+    vjp = Vjp(problem, settings, x, status)
+    return vjp if identity else _Welded(vjp, mesh)
 
 
 def _shapes(*trees):
@@ -332,12 +382,16 @@ def _relax_setup(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
         return setup
 
 
-def _run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
+def _run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup, floor=None):
     """Phase 2 from ``x1`` (both stages of ``relax``) on the rest shape ``theta`` with ``setup``
-    (``_phase2``; sized again at ``x1``), resumed (with larger buffers where one was full) if it
-    stalled short of a stationary point or stopped on a full buffer, at most 4 runs.
+    (``_phase2``; sized again at ``x1``, its capacities at least ``floor``), resumed (with larger
+    buffers where one was full) if it stalled short of a stationary point or stopped on a full
+    buffer, at most 4 runs.
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
+    if floor is not None:
+        capacity, active, survivors = map(max, floor, _capacities(setup))
+        setup = dataclasses.replace(setup, capacity=capacity, active_capacity=active, survivor_capacity=survivors)
     setup = _relax_setup(theta, settings, x1, setup)
     x, steps, cg_total = x1, 0, 0
     run = functools.partial(relax_jit, theta=theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 2)
@@ -355,7 +409,11 @@ def _run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
-def _solve(v_np, f_np, settings: UntangleOptions, progress):
+def _capacities(setup: RelaxSetup):
+    return setup.capacity, setup.active_capacity, setup.survivor_capacity
+
+
+def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None = None):
     static = tuple(getattr(settings, name) for name in _STATIC_OPTIONS)
     buckets = (shape_bucket(len(v_np)), shape_bucket(len(f_np)))
     release_if_crowded(("untangle", buckets, str(v_np.dtype), static))
@@ -383,28 +441,27 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
         remaining, steps = find_intersections(x1, problem.faces), int(newton_steps)
         history = tuple(np.asarray(r) for r in rounds)
     else:
-        x1, remaining, steps, history = run_phase1(problem, settings, progress)
-    final, backward = x1, None
+        floor = sizes.phase1 if sizes else None
+        x1, remaining, steps, history, capacities = run_phase1(problem, settings, progress, floor)
+        if sizes:
+            sizes.phase1 = capacities
+    status = APPROXIMATE if len(remaining) == 0 else UNAVAILABLE
+    final, prepared = x1, None
     relax_stats = (0, 0, float("nan"), float("nan"))
     if settings.relax and len(remaining) == 0 and len(f_np) > 1:
         theta, setup = _phase2(problem, settings)
         release_if_crowded(("relax", _shapes(theta, setup), static))
-        padded, setup, relax_stats = _run_relax(theta, settings, _pad_like(x1, theta), setup)
+        floor = sizes.relax if sizes else None
+        padded, setup, relax_stats = _run_relax(theta, settings, _pad_like(x1, theta), setup, floor)
+        if sizes:
+            sizes.relax = _capacities(setup)
         relaxed = padded[: x1.shape[0]]
         if progress:
             progress("relax", relax_stats[0], relax_stats[0])
         if len(find_intersections(relaxed, problem.faces)) == 0:
-            final = relaxed
-
-            def backward(cotangent):
-                if not relax_stats[3] < _STATIONARY:
-                    raise ValueError(
-                        "untangle: the implicit gradient needs phase 2 to end at a stationary point, but its "
-                        f"gradient norm is {relax_stats[3]:.3g} (> {_STATIONARY:g}); raise relax_iters or relax_polish"
-                    )
-                cotangent = _pad_like(jnp.asarray(cotangent, dtype) * problem.diagonal, jnp.zeros_like(theta))
-                gradient = adjoint_jit(padded, theta, setup, cotangent, cg_iters=500)
-                return gradient[: x1.shape[0]] / problem.diagonal
+            final, prepared = relaxed, (theta, setup, padded)
+            status = IMPLICIT if relax_stats[3] < _STATIONARY else APPROXIMATE
+    vjp = Vjp(problem if len(f_np) > 1 else None, settings, final, status, relax_stats[3], prepared)
 
     out = np.asarray(final, np.float64) * problem.diagonal + problem.centre
     move = np.linalg.norm(out - v64, axis=1) / problem.diagonal
@@ -434,4 +491,4 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress):
         seconds=time.perf_counter() - start,
         options=settings,
     )
-    return result, backward
+    return result, vjp
