@@ -1,11 +1,11 @@
 """untangle as a JAX operator: what calling it inside ``jax.jit`` costs over the eager call, on the
 ISIR meshes, for the solve and for its gradient (a VJP of a weighted sum of the vertices).
 
-Run: python benchmarks/operator.py [--repeats 3] [--markdown docs/benchmarks.md]
+Run: python benchmarks/operator.py [--repeats 5] [--markdown docs/benchmarks.md]
 Baseline: the eager ``untangle`` (and eager ``jax.grad``) on the same mesh in the same process.
-Every time is the median of ``--repeats`` warm calls (compiles excluded: each is called once before).
-Inside ``jit`` the solver runs through ``jax.pure_callback`` and its VJP, which under ``jit`` keeps
-only arrays from the forward pass, builds phase 2's set-up again at the returned point.
+Every time is the median of ``--repeats`` warm calls (compiles excluded: each is called once before),
+the eager and the jitted call alternated. Inside ``jit`` the solver runs through ``jax.pure_callback``
+and its VJP finds the forward pass's phase-2 set-up among the last few solves.
 """
 
 import argparse
@@ -29,7 +29,7 @@ from _report import Output  # noqa: E402
 from tests.meshes import load_obj_triangulated  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--repeats", type=int, default=3)
+parser.add_argument("--repeats", type=int, default=5)
 parser.add_argument("--only", nargs="*", help="mesh names to run (default: all)")
 parser.add_argument("--markdown", help="write the table into this page (section operator)")
 args = parser.parse_args()
@@ -37,15 +37,18 @@ out = Output()
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "benchmarks", "isir-misc")
 
 
-def median_seconds(function, *arguments):
-    """Median wall time of ``function(*arguments)`` over ``--repeats`` calls after a first one."""
-    jax.block_until_ready(function(*arguments))
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
+def paired_seconds(baseline, other, *arguments):
+    """Median wall times of ``baseline(*arguments)`` and ``other(*arguments)`` over ``--repeats``
+    calls each, alternated (so that a slow spell of the machine hits both), after a first call each."""
+    times = ([], [])
+    for function in (baseline, other):
         jax.block_until_ready(function(*arguments))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    for _ in range(args.repeats):
+        for function, kept in zip((baseline, other), times, strict=True):
+            start = time.perf_counter()
+            jax.block_until_ready(function(*arguments))
+            kept.append(time.perf_counter() - start)
+    return float(np.median(times[0])), float(np.median(times[1]))
 
 
 out("| mesh | faces | eager s | inside jit s | ratio | eager grad s | grad inside jit s | ratio |")
@@ -64,10 +67,8 @@ for path in sorted(glob.glob(os.path.join(root, "*.obj"))):
     def loss(v, faces=faces, weights=weights):
         return jnp.sum(weights * tt.untangle(v, faces).vertices)
 
-    eager = median_seconds(solve, x)
-    inside = median_seconds(jax.jit(solve), x)
-    eager_grad = median_seconds(jax.grad(loss), x)
-    inside_grad = median_seconds(jax.jit(jax.grad(loss)), x)
+    eager, inside = paired_seconds(solve, jax.jit(solve), x)
+    eager_grad, inside_grad = paired_seconds(jax.grad(loss), jax.jit(jax.grad(loss)), x)
     same = np.array_equal(np.asarray(jax.jit(solve)(x)), np.asarray(solve(x)))
     if not same:
         raise SystemExit(f"{name}: the result inside jit differs from the eager one")
@@ -77,5 +78,5 @@ for path in sorted(glob.glob(os.path.join(root, "*.obj"))):
     )
     jax.clear_caches()
 out()
-out(f"Median of {args.repeats} warm calls each; the results inside jit equal the eager ones bit for bit.")
+out(f"Median of {args.repeats} warm calls each, alternated; the results inside jit equal the eager ones bit for bit.")
 out.write(args.markdown, "operator")
