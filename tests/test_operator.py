@@ -101,12 +101,11 @@ def test_gradient_under_vmap_inside_jit_is_each_meshs():
 
 def test_forward_mode_is_refused_with_the_supported_transforms_named():
     x = jnp.asarray(VERTICES)
-    solve = jax.jit(lambda v: tt.untangle(v, FACES).vertices)
     for transform in (lambda f: jax.jvp(f, (x,), (x,)), lambda f: jax.jacfwd(f)(x)):
         with pytest.raises(TypeError, match="reverse-mode derivatives .*not forward mode"):
             transform(lambda v: tt.untangle(v, FACES).vertices)
     # jax.linearize traces (reverse mode is built on it); its linear map is JAX's forward mode
-    _, linear = jax.linearize(solve, x)
+    _, linear = jax.linearize(lambda v: tt.untangle(v, FACES).vertices, x)
     with pytest.raises(TypeError, match="forward-mode"):
         linear(x)
 
@@ -126,6 +125,18 @@ def test_gradient_fallbacks_where_there_is_no_stationary_point(where):
     with pytest.raises(Exception, match="not certified"):
         np.asarray(wrap(jax.grad(_loss(gradient_fallback="approximate", **budget)))(x))
     assert not np.any(np.asarray(wrap(jax.grad(_loss(gradient_fallback="zero", **budget)))(x)))
+
+
+def test_an_adjoint_solve_short_of_its_tolerance_is_no_silent_gradient(monkeypatch):
+    from tritri_jax import _untangle
+
+    monkeypatch.setattr(_untangle, "_ADJOINT_RESIDUAL", 0.0)  # no residual is small enough
+    x = jnp.asarray(VERTICES)
+    for wrap in (lambda f: f, jax.jit):
+        with pytest.raises(Exception, match="adjoint CG solve of the implicit gradient did not converge"):
+            np.asarray(wrap(jax.grad(_loss()))(x))
+        last_iterate = np.asarray(wrap(jax.grad(_loss(gradient_fallback="approximate")))(x))
+        np.testing.assert_allclose(last_iterate, np.asarray(jax.grad(_loss(gradient_fallback="approximate"))(x)))
 
 
 def test_approximate_fallback_is_the_implicit_gradient_at_a_stationary_point():

@@ -15,11 +15,10 @@ from ._mesh_energy import check_mesh
 from ._types import Array, Int
 from ._untangle import (
     FAILURES,
+    GRADIENT_FALLBACKS,
     Sizes,
     UntangleOptions,
     UntangleResult,
-    history_size,
-    options_from,
     solve_welded,
     vjp_at,
 )
@@ -159,6 +158,24 @@ class _Recent:
 _RECENT = _Recent()
 
 
+def options_from(options: dict) -> UntangleOptions:
+    """``UntangleOptions`` from ``untangle``'s keyword arguments, checked."""
+    unknown = set(options) - set(UntangleOptions._fields)
+    if unknown:
+        raise ValueError(f"untangle: unknown option(s) {sorted(unknown)}; see tritri_jax.UntangleOptions")
+    settings = UntangleOptions(**options)
+    if settings.method not in ("length", "paper"):
+        raise ValueError(f"method must be 'length' or 'paper', got {settings.method!r}")
+    if settings.gradient_fallback not in GRADIENT_FALLBACKS:
+        raise ValueError(f"gradient_fallback must be one of {GRADIENT_FALLBACKS}, got {settings.gradient_fallback!r}")
+    return settings
+
+
+def history_size(settings: UntangleOptions) -> int:
+    """The longest ``history`` a solve with ``settings`` can have: its fixed length under ``jit``."""
+    return settings.paper_rounds if settings.method == "paper" else settings.max_steps * (settings.restarts + 1)
+
+
 def _concrete(*arrays) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in arrays)
 
@@ -218,8 +235,7 @@ def _untangle(vertices, faces, settings: UntangleOptions, progress, sizes: Sizes
             vjp = _RECENT.get(_RECENT.key(settings, v, f, out))
             if vjp is None:
                 vjp = vjp_at(np.asarray(v), np.asarray(f), settings, np.asarray(out), int(status))
-            failed = vjp.failure(fallback)
-            gradient = np.zeros_like(np.asarray(c)) if failed else vjp(c, fallback)
+            gradient, failed = vjp.apply(c, fallback)
             return np.asarray(gradient, c.dtype), np.int32(failed)
 
         shapes = (jax.ShapeDtypeStruct(cotangent.shape, cotangent.dtype), jax.ShapeDtypeStruct((), jnp.int32))

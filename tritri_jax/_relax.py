@@ -149,16 +149,25 @@ close_count_jit = releasable_jit(close_count)
 
 def adjoint(x_star, theta, setup: RelaxSetup, cotangent, cg_iters: int):
     """Implicit-function VJP at a stationary point: solve $H \\lambda = \\bar x$ with the exact Hessian of
-    $E$ (neighbours fixed), return $-(\\partial_\\theta \\nabla_x E)^T \\lambda$."""
+    $E$ (neighbours fixed) by CG preconditioned with the multigrid of the elastic stiffness, return
+    $-(\\partial_\\theta \\nabla_x E)^T \\lambda$ and the solve's relative residual. Unpreconditioned,
+    500 iterations left a relative residual of 3e-4 on the cinquefoil knot and 1e-2 on the
+    three-twist knot (gradient errors 3e-4 and 2e-2); preconditioned it reaches 1e-12 in 256 and 399."""
     near = neighbours(x_star, setup, setup.rest(theta).h)
 
     def gradient(x, th):
         return jax.grad(relax_energy)(x, th, setup, near)
 
     _, hvp = jax.linearize(lambda x: gradient(x, theta), x_star)
-    lam, _ = conjugate_gradient(lambda v: hvp(v) + 1e-12 * v, cotangent, maxiter=cg_iters, rtol=1e-12)
+
+    def operator(v):
+        return hvp(v) + 1e-12 * v
+
+    precondition = None if setup.preconditioner is None else (lambda r: v_cycle(setup.preconditioner, r))
+    lam, _ = conjugate_gradient(operator, cotangent, maxiter=cg_iters, rtol=1e-12, precondition=precondition)
+    residual = jnp.linalg.norm(operator(lam) - cotangent) / jnp.maximum(jnp.linalg.norm(cotangent), 1e-300)
     _, vjp = jax.vjp(lambda th: gradient(x_star, th), theta)
-    return -vjp(lam)[0]
+    return -vjp(lam)[0], residual
 
 
 adjoint_jit = releasable_jit(adjoint, static_argnames=("cg_iters",))

@@ -50,9 +50,10 @@ class UntangleOptions(NamedTuple):
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
     ``gradient_fallback``: what the VJP does where the implicit gradient is not available (the
     result is not phase 2's stationary point: ``relax=False``, phase 2 stopped short, or the result
-    is not certified): ``"raise"`` an error naming why; ``"approximate"``: at a certified point,
-    the same adjoint solve there (the derivative of one more Newton step with the point held fixed;
-    still an error where nothing is certified); ``"zero"``: a zero gradient, as
+    is not certified; or the adjoint CG solve stops above a relative residual of ``1e-8``):
+    ``"raise"`` an error naming why; ``"approximate"``: at a certified point, the same adjoint solve
+    there (the derivative of one more Newton step with the point held fixed; its last iterate if it
+    did not converge; still an error where nothing is certified); ``"zero"``: a zero gradient, as
     ``jax.lax.stop_gradient``.
 
     ```python
@@ -160,24 +161,6 @@ _STATIC_OPTIONS += ("relax_polish", "relax_cg_iters", "capacity")
 _STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
 
 
-def options_from(options: dict) -> UntangleOptions:
-    """``UntangleOptions`` from ``untangle``'s keyword arguments, checked."""
-    unknown = set(options) - set(UntangleOptions._fields)
-    if unknown:
-        raise ValueError(f"untangle: unknown option(s) {sorted(unknown)}; see tritri_jax.UntangleOptions")
-    settings = UntangleOptions(**options)
-    if settings.method not in ("length", "paper"):
-        raise ValueError(f"method must be 'length' or 'paper', got {settings.method!r}")
-    if settings.gradient_fallback not in GRADIENT_FALLBACKS:
-        raise ValueError(f"gradient_fallback must be one of {GRADIENT_FALLBACKS}, got {settings.gradient_fallback!r}")
-    return settings
-
-
-def history_size(settings: UntangleOptions) -> int:
-    """The longest ``history`` a solve with ``settings`` can have: its fixed length under ``jit``."""
-    return settings.paper_rounds if settings.method == "paper" else settings.max_steps * (settings.restarts + 1)
-
-
 @dataclasses.dataclass(eq=False)
 class Sizes:
     """Buffer capacities kept across the calls of one ``Untangler`` (grown, never shrunk): phase 1's
@@ -198,7 +181,12 @@ FAILURES = (
     "relax_iters or relax_polish, or pass gradient_fallback='approximate' or 'zero'",
     "untangle: no gradient: the result is not certified intersection-free (converged is false), so nothing "
     "is stationary there; give the solver more steps, or pass gradient_fallback='zero'",
+    "untangle: the adjoint CG solve of the implicit gradient did not converge (the Hessian at the returned "
+    "point may be singular or indefinite); pass gradient_fallback='approximate' to take its last iterate, "
+    "or 'zero'",
 )
+_ADJOINT_RESIDUAL = 1e-8  # relative residual of the adjoint solve accepted as converged
+_ADJOINT_ITERS = 2000  # preconditioned, the ISIR meshes take 250-400 (to 1e-12)
 
 
 class Vjp:
@@ -216,23 +204,23 @@ class Vjp:
         self.gradient_norm, self.prepared = gradient_norm, prepared
 
     def failure(self, fallback: str) -> int:
-        """0 if a gradient can be given with ``fallback``, else 1 + the index of its ``FAILURES`` message."""
+        """0 if a gradient can be given with ``fallback`` (before solving), else 1 + the index of its
+        ``FAILURES`` message."""
         if self.problem is None or self.status == IMPLICIT or fallback == "zero":
             return 0
         if self.status == APPROXIMATE:
             return 0 if fallback == "approximate" else 1
         return 2
 
-    def __call__(self, cotangent, fallback: str) -> np.ndarray:
+    def apply(self, cotangent, fallback: str) -> tuple[np.ndarray, int]:
+        """``(gradient, failure)``: the VJP of ``cotangent``, or zeros and 1 + the index of the
+        ``FAILURES`` message that says why there is none."""
         cotangent = np.asarray(cotangent)
         failed = self.failure(fallback)
-        if failed:
-            norm = f" (phase 2's gradient norm: {self.gradient_norm:.3g})" if failed == 1 else ""
-            raise ValueError(FAILURES[failed - 1] + norm)
+        if failed or (self.status != IMPLICIT and fallback == "zero"):
+            return np.zeros_like(cotangent), failed
         if self.problem is None:
-            return cotangent
-        if self.status != IMPLICIT and fallback == "zero":
-            return np.zeros_like(cotangent)
+            return cotangent, 0
         if self.prepared is None:
             theta, setup = _phase2(self.problem, self.settings)
             padded = _pad_like(self.x, theta)
@@ -240,8 +228,21 @@ class Vjp:
         theta, setup, padded = self.prepared
         diagonal = self.problem.diagonal
         scaled = _pad_like(jnp.asarray(cotangent, theta.dtype) * diagonal, jnp.zeros_like(theta))
-        gradient = adjoint_jit(padded, theta, setup, scaled, cg_iters=500)
-        return np.asarray(gradient[: self.x.shape[0]] / diagonal, cotangent.dtype)
+        gradient, residual = adjoint_jit(padded, theta, setup, scaled, cg_iters=_ADJOINT_ITERS)
+        if not float(residual) <= _ADJOINT_RESIDUAL and fallback != "approximate":
+            return np.zeros_like(cotangent), 3
+        return np.asarray(gradient[: self.x.shape[0]] / diagonal, cotangent.dtype), 0
+
+    def __call__(self, cotangent, fallback: str) -> np.ndarray:
+        """The VJP of ``cotangent``; a ``ValueError`` that says why where there is none."""
+        return _or_raise(*self.apply(cotangent, fallback), self.gradient_norm)
+
+
+def _or_raise(gradient, failed: int, gradient_norm: float):
+    if failed:
+        norm = f" (phase 2's gradient norm: {gradient_norm:.3g})" if failed == 1 else ""
+        raise ValueError(FAILURES[failed - 1] + norm)
+    return gradient
 
 
 class _Welded:
@@ -252,18 +253,20 @@ class _Welded:
     def __init__(self, vjp: Vjp, mesh):
         self.vjp, self.mesh, self.status = vjp, mesh, vjp.status
 
-    def failure(self, fallback: str) -> int:
-        return self.vjp.failure(fallback)
-
-    def __call__(self, cotangent, fallback: str) -> np.ndarray:
+    def apply(self, cotangent, fallback: str) -> tuple[np.ndarray, int]:
         cotangent, mesh = np.asarray(cotangent), self.mesh
         used = mesh.index >= 0
         summed = np.zeros((len(mesh.rows), 3), cotangent.dtype)
         np.add.at(summed, mesh.index[used], cotangent[used])
-        solved = self.vjp(summed, fallback)
+        solved, failed = self.vjp.apply(summed, fallback)
+        if failed:
+            return np.zeros_like(cotangent), failed
         gradient = cotangent.copy()
         gradient[used] = solved[mesh.index[used]] / mesh.copies[mesh.index[used], None]
-        return gradient
+        return gradient, 0
+
+    def __call__(self, cotangent, fallback: str) -> np.ndarray:
+        return _or_raise(*self.apply(cotangent, fallback), self.vjp.gradient_norm)
 
 
 def solve_welded(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None = None):
