@@ -92,6 +92,16 @@ def test_a_rebuilt_gradient_inside_jit_is_the_eager_one_also_for_a_soup(rebuilt)
         np.testing.assert_allclose(np.asarray(inside), np.asarray(eager), rtol=1e-9, atol=1e-12)
 
 
+def test_the_vjp_of_an_eager_solve_applied_inside_jit():
+    x = jnp.asarray(VERTICES)
+    _, vjp = jax.vjp(lambda v: tt.untangle(v, FACES).vertices, x)
+    cotangent = jnp.asarray(WEIGHTS)
+    np.testing.assert_allclose(np.asarray(jax.jit(vjp)(cotangent)[0]), np.asarray(vjp(cotangent)[0]), rtol=1e-12)
+    _, short = jax.vjp(lambda v: tt.untangle(v, FACES, relax=False).vertices, x)
+    with pytest.raises(Exception, match="gradient_fallback='approximate' or 'zero'"):
+        jax.block_until_ready(jax.jit(short)(cotangent))
+
+
 def test_gradient_under_vmap_inside_jit_is_each_meshs():
     batch = jnp.stack([jnp.asarray(VERTICES), jnp.asarray(VERTICES) * 1.05])
     gradients = jax.jit(jax.vmap(jax.grad(_loss())))(batch)

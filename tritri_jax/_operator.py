@@ -221,27 +221,19 @@ def _untangle(vertices, faces, settings: UntangleOptions, progress, sizes: Sizes
         cotangent = cotangents[0]
         if residual is None and _concrete(cotangent):
             return jnp.asarray(eager["vjp"](cotangent, fallback), cotangent.dtype), None
-        if residual is None:  # an eager forward, its VJP applied inside jit
 
-            def host(c):
-                return np.asarray(eager["vjp"](c, fallback), c.dtype)
-
-            return jax.pure_callback(
-                _host(host, device), jax.ShapeDtypeStruct(cotangent.shape, cotangent.dtype), cotangent
-            ), None
-        v, f, out, status = residual
-
-        def host(v, f, out, status, c):
-            vjp = _RECENT.get(_RECENT.key(settings, v, f, out))
-            if vjp is None:
-                vjp = vjp_at(np.asarray(v), np.asarray(f), settings, np.asarray(out), int(status))
+        def host(c, *residual):  # no residual: an eager forward, its VJP applied inside jit
+            if residual:
+                v, f, out, status = (np.asarray(a) for a in residual)
+                vjp = _RECENT.get(_RECENT.key(settings, v, f, out)) or vjp_at(v, f, settings, out, int(status))
+            else:
+                vjp = eager["vjp"]
             gradient, failed = vjp.apply(c, fallback)
             return np.asarray(gradient, c.dtype), np.int32(failed)
 
         shapes = (jax.ShapeDtypeStruct(cotangent.shape, cotangent.dtype), jax.ShapeDtypeStruct((), jnp.int32))
-        gradient, failed = jax.pure_callback(
-            _host(host, device), shapes, v, f, out, status, cotangent, vmap_method="sequential"
-        )
+        operands = (cotangent,) + (residual or ())
+        gradient, failed = jax.pure_callback(_host(host, device), shapes, *operands, vmap_method="sequential")
         gradient = eqx.branched_error_if(gradient, failed > 0, jnp.maximum(failed - 1, 0), FAILURES)
         return gradient, None
 
