@@ -149,6 +149,14 @@ def test_an_adjoint_solve_short_of_its_tolerance_is_no_silent_gradient(monkeypat
         np.testing.assert_allclose(last_iterate, np.asarray(jax.grad(_loss(gradient_fallback="approximate"))(x)))
 
 
+@pytest.mark.parametrize("fallback", ["raise", "zero"])
+def test_a_lone_triangle_is_the_identity_also_for_its_gradient(fallback):
+    triangle, face = np.eye(3), np.array([[0, 1, 2]])
+    for wrap in (lambda f: f, jax.jit):
+        gradient = wrap(jax.grad(lambda x: jnp.sum(x * tt.untangle(x, face, gradient_fallback=fallback).vertices)))
+        np.testing.assert_allclose(np.asarray(gradient(jnp.asarray(triangle))), 2 * triangle)
+
+
 def test_approximate_fallback_is_the_implicit_gradient_at_a_stationary_point():
     x = jnp.asarray(VERTICES)
     implicit = jax.grad(_loss())(x)

@@ -216,11 +216,11 @@ class Vjp:
         """``(gradient, failure)``: the VJP of ``cotangent``, or zeros and 1 + the index of the
         ``FAILURES`` message that says why there is none."""
         cotangent = np.asarray(cotangent)
+        if self.problem is None:  # nothing can cross: the identity, exactly
+            return cotangent, 0
         failed = self.failure(fallback)
         if failed or (self.status != IMPLICIT and fallback == "zero"):
             return np.zeros_like(cotangent), failed
-        if self.problem is None:
-            return cotangent, 0
         if self.prepared is None:
             theta, setup = _phase2(self.problem, self.settings)
             padded = _pad_like(self.x, theta)
