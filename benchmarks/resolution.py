@@ -45,10 +45,10 @@ def main():
     )
     out()
     out(
-        "| family | seed | faces | pairs before | pairs after | steps | steps ratio | s per step | worst edge ratio "
-        "| in edge lengths: pairs after | steps | steps ratio |"
+        "| family | seed | faces | pairs before | pairs after | steps | fairing steps | steps ratio | s per step "
+        "| worst edge ratio | in edge lengths: pairs after | steps | steps ratio |"
     )
-    out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for family in args.families:
         for seed in range(args.seeds):
             first = {}
@@ -60,7 +60,9 @@ def main():
                     result, seconds = timed_untangle(vertices, faces, **{**options, **extra})
                     steps = int(result.iterations)
                     first.setdefault(name, max(steps, 1))
-                    cells.append(f"{exact_count(result.vertices, faces)} | {steps} | {steps / first[name]:.1f}")
+                    fairing = f" | {int(result.fairing_steps)}" if name == "default" else ""
+                    pairs = exact_count(result.vertices, faces)
+                    cells.append(f"{pairs} | {steps}{fairing} | {steps / first[name]:.1f}")
                     if name == "default":
                         cells.append(f"{seconds / max(steps, 1):.3f} | {float(result.worst_edge_ratio):.2f}")
                 out(

@@ -66,7 +66,7 @@ def run_case(family, size, seed, dtype, seen, options):
         "check_seconds": check_seconds,
         "worst_edge_ratio": ratio,
         "max_displacement": float(result.max_displacement),
-        "strategy": str(getattr(result, "strategy", "")),
+        "fairing_steps": int(result.fairing_steps),
     }
 
 

@@ -33,6 +33,7 @@ from jax.scipy.sparse.linalg import cg
 
 from ._detect import detect_on_device, find_intersections
 from ._elastic import laplacian_matrix
+from ._fairing import fair_crossings
 from ._memory import releasable_jit
 from ._mesh_energy import pairs_energy
 from ._multigrid import Ell, ell
@@ -167,10 +168,24 @@ def _phase1(
 phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "patience"))
 
 
-def run_phase1(problem, settings, progress, floor: Capacities | None = None):
+class Phase1(NamedTuple):
+    """What ``run_phase1`` returns: the state ``x`` and the exact crossing pairs there, phase-1
+    steps over all attempts, ``(counts, lengths)`` per step, the detection's buffer sizes it ended
+    with, and the fairing steps taken after stalled attempts (``_fairing``)."""
+
+    x: Array
+    remaining: np.ndarray
+    steps: int
+    history: tuple[np.ndarray, np.ndarray]
+    capacities: Capacities
+    fairing_steps: int
+
+
+def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> Phase1:
     """Phase 1 with restarts on ``problem`` (``untangle``'s normalised mesh) with ``settings`` (its
-    ``UntangleOptions``); returns ``(x1, exact crossing pairs at x1, steps, (counts, lengths),
-    capacities)``: the detection's buffer sizes it ended with (at least ``floor``, grown on overflow).
+    ``UntangleOptions``); the detection's buffers start at ``floor`` and grow on overflow. An attempt
+    that ends with crossings left is followed by up to ``settings.fairing_steps`` fairing steps from
+    its best state before the next attempt starts from the input.
 
     Runs on the mesh padded to its shape bucket (and the Laplacian's slots to theirs), so that the
     meshes of one bucket share one compiled phase 1."""
@@ -186,7 +201,7 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None):
     unit = max(problem.h, settings.resolution)
     rings = (unit / problem.h) ** 2  # the smoothing's lambda counts squared edge rings
     cg_iters = jnp.int32(np.ceil(settings.cg_iters * unit / problem.h))  # CG's reach in rings: sqrt(lambda)
-    histories, lengths, total_steps = [], [], 0
+    histories, lengths, total_steps, fairing = [], [], 0, 0
     chunk = 10 if progress else settings.max_steps
     for attempt in range(settings.restarts + 1):
         # each attempt after the first changes what moves: a quarter of the smoothing (more local
@@ -239,6 +254,12 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None):
         total_steps += int(state.step)
         histories.append(np.asarray(state.history[: int(state.step)]))
         lengths.append(np.asarray(state.lengths[: int(state.step)]))
+        if len(remaining) and settings.fairing_steps:
+            faired, remaining, taken = fair_crossings(
+                x1, problem.faces, problem.edges_np, problem.h, unit, remaining, settings.fairing_steps
+            )
+            x1, fairing = jnp.asarray(faired), fairing + taken
         if len(remaining) == 0:
             break
-    return x1, remaining, total_steps, (np.concatenate(histories), np.concatenate(lengths)), capacities
+    history = (np.concatenate(histories), np.concatenate(lengths))
+    return Phase1(x1, remaining, total_steps, history, capacities, fairing)

@@ -38,6 +38,9 @@ class UntangleOptions(NamedTuple):
     steps as far and smooths over as much of the surface as one at ``resolution``, so its step count
     does not grow with its face count (the smoothing in ``(resolution / h)^2`` rings, ``cg_iters``
     times ``resolution / h`` CG iterations); ``resolution=0``: always ``h``.
+    ``fairing_steps``: after an attempt that ends with crossings left, up to this many implicit
+    smoothing steps of the positions around the crossings (their rim held; a region twice phase 1's
+    unit wide, doubled when a step does not lower the count) before the next attempt; 0: none.
     ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
     $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
     Phase 2: ``relax`` (run it); up to ``relax_iters + relax_polish`` Newton steps, with a PSD
@@ -88,6 +91,7 @@ class UntangleOptions(NamedTuple):
     barrier_weight: float = 1e-2
     relax_step: float = 0.25
     capacity: int | None = None
+    fairing_steps: int = 8
     gradient_fallback: str = "raise"
 
 
@@ -104,8 +108,9 @@ class UntangleResult(NamedTuple):
 
     - ``vertices``: ``(V, 3)`` the untangled positions (the best state found), in the input's frame.
     - ``converged``: the exact detection finds no crossing pair in ``vertices``.
-    - ``iterations``: phase-1 steps taken, over all attempts; ``relax_iterations``, ``relax_cg_iterations``:
-      phase 2's Newton steps and their CG iterations.
+    - ``iterations``: phase-1 steps taken, over all attempts; ``fairing_steps``: fairing steps taken
+      where an attempt's descent stalled (0: descent alone finished; the ``fairing_steps`` option);
+      ``relax_iterations``, ``relax_cg_iterations``: phase 2's Newton steps and their CG iterations.
     - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
       (for ``method="paper"``: the count after each kappa round); ``history_length``: the
@@ -138,6 +143,7 @@ class UntangleResult(NamedTuple):
     vertices: Float[Array, "V 3"]
     converged: Bool[Array, ""]
     iterations: Int[Array, ""]
+    fairing_steps: Int[Array, ""]
     num_intersections: Int[Array, ""]
     history: Int[Array, " steps"]
     history_length: Float[Array, " steps"]
@@ -425,7 +431,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
     v64 = np.asarray(v_np, np.float64)
     problem = _normalise(v64, f_np, dtype)
     if len(f_np) < 2:  # nothing can cross (an empty mesh, a lone triangle): returned as it is
-        x1, remaining, steps = problem.theta, np.zeros((0, 2), np.int32), 0
+        x1, remaining, steps, fairing = problem.theta, np.zeros((0, 2), np.int32), 0, 0
         history = (np.zeros(0, np.int32), np.zeros(0))
     elif settings.method == "paper":
         theta, setup = _phase2(problem, settings, pad=False)
@@ -441,11 +447,11 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
             growth=10.0,
             cg_iters=100,
         )
-        remaining, steps = find_intersections(x1, problem.faces), int(newton_steps)
+        remaining, steps, fairing = find_intersections(x1, problem.faces), int(newton_steps), 0
         history = tuple(np.asarray(r) for r in rounds)
     else:
         floor = sizes.phase1 if sizes else None
-        x1, remaining, steps, history, capacities = run_phase1(problem, settings, progress, floor)
+        x1, remaining, steps, history, capacities, fairing = run_phase1(problem, settings, progress, floor)
         if sizes:
             sizes.phase1 = capacities
     status = APPROXIMATE if len(remaining) == 0 else UNAVAILABLE
@@ -480,6 +486,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
         vertices=out.astype(dtype),
         converged=jnp.bool_(len(remaining) == 0),
         iterations=jnp.int32(steps),
+        fairing_steps=jnp.int32(fairing),
         num_intersections=jnp.int32(len(remaining)),
         history=jnp.asarray(history[0], jnp.int32),
         history_length=jnp.asarray(history[1] * problem.diagonal),
