@@ -20,7 +20,7 @@ from jax import lax
 
 from tests.test_distance import pair_gauss_newton_reference as pair_gauss_newton  # the block of all 15 at once
 from tritri_jax import _relax
-from tritri_jax._barrier import BlockSystem, shared_vertices
+from tritri_jax._barrier import BlockSystem, pair_reach, shared_vertices
 from tritri_jax._distance import pair_barrier
 from tritri_jax._mesh_energy import pair_triangles
 from tritri_jax._relax import relax_jit
@@ -41,11 +41,11 @@ def per_face_pair(vertices, faces, pairs, count, dhat, *, exact, chunk=16):
     def body(k, blocks):
         rows = lax.dynamic_slice_in_dim(padded, k * chunk, chunk)
         u, v = pair_triangles(vertices, faces, rows)
-        arguments = (u, v, shared_vertices(faces, rows), dhat**2)
+        arguments = (u, v, shared_vertices(faces, rows), pair_reach(dhat, rows) ** 2)
         values = lax.cond(
             exact,
-            lambda: jax.vmap(pair_hessian, in_axes=(0, 0, 0, None))(*arguments),
-            lambda: jax.vmap(pair_gauss_newton, in_axes=(0, 0, 0, None))(*arguments),
+            lambda: jax.vmap(pair_hessian)(*arguments),
+            lambda: jax.vmap(pair_gauss_newton)(*arguments),
         )
         live = k * chunk + jnp.arange(chunk) < count
         return lax.dynamic_update_slice_in_dim(blocks, jnp.where(live[:, None, None], values, 0), k * chunk, 0)

@@ -275,18 +275,22 @@ def test_mesh_barrier_hessian_blocks_assemble_to_the_dense_hessian(rows):
     assert float(barrier_energy(vertices, faces, jnp.zeros((0, 2), jnp.int32), 0, dhat)) == 0  # no pairs
 
 
-def test_mesh_barrier_gradient_equals_plain_autodiff_of_its_live_pairs():
+@pytest.mark.parametrize("per_face", [False, True])
+def test_mesh_barrier_gradient_equals_plain_autodiff_of_its_live_pairs(per_face):
     # barrier_energy's first derivatives are its own (a custom JVP); against reverse mode through the
-    # plain sum of the live pairs' barriers, in the vertices and in dhat. Derivatives through the
-    # custom rule are checked by the dense Hessian below and by untangle's implicit gradient
+    # plain sum of the live pairs' barriers, in the vertices and in dhat (a scalar, or a reach per face
+    # whose pairs take the geometric mean). Derivatives through the custom rule are checked by the
+    # dense Hessian below and by untangle's implicit gradient
     vertices, faces = _two_strips(seed=6)
     pairs = jnp.asarray([[0, 4], [0, 2], [1, 5], [2, 6], [3, 7], [-1, -1]], jnp.int32)
-    count, dhat = 3, jnp.asarray(0.8)
+    count = 3
+    dhat = jnp.linspace(0.6, 1.0, len(faces)) if per_face else jnp.asarray(0.8)
 
     def plain(x, dhat):
         u, v = x[faces[pairs[:count, 0]]], x[faces[pairs[:count, 1]]]
         same = faces[pairs[:count, 0]][:, :, None] == faces[pairs[:count, 1]][:, None, :]
-        return jnp.sum(jax.vmap(dist.pair_barrier, in_axes=(0, 0, 0, None))(u, v, same, dhat**2))
+        reach = jnp.sqrt(dhat[pairs[:count, 0]] * dhat[pairs[:count, 1]]) if per_face else jnp.full(count, dhat)
+        return jnp.sum(jax.vmap(dist.pair_barrier)(u, v, same, reach**2))
 
     def ours(x, dhat):
         return barrier_energy(x, faces, pairs, count, dhat, chunk=2)
@@ -296,6 +300,12 @@ def test_mesh_barrier_gradient_equals_plain_autodiff_of_its_live_pairs():
     for want, have in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got), strict=True):
         scale = np.abs(want).max()
         np.testing.assert_allclose(np.asarray(have), np.asarray(want), rtol=1e-10, atol=1e-12 * scale)
+    if per_face:  # the Hessian blocks with a reach per face: their sum is the dense Hessian
+        dense = np.asarray(_dense_barrier_hessian(vertices, faces, pairs, count, dhat)).reshape(36, 36)
+        assert np.abs(dense).max() > 0
+        exact = _mesh_blocks(vertices, faces, pairs, count, dhat)[0]
+        assembled = _assemble(faces, pairs, exact.blocks)
+        np.testing.assert_allclose(assembled, dense, rtol=1e-8, atol=1e-10 * np.abs(dense).max())
 
 
 # the count is traced: one compile per buffer size (the dense reference always gets 6 rows)

@@ -175,3 +175,17 @@ def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkey
     assert compiled._cache_size() >= 1
     _memory.release_if_crowded()
     assert compiled._cache_size() == 0
+
+
+def test_a_clean_uneven_mesh_comes_back_from_relax_unmoved_with_a_local_reach():
+    """A clean graded torus (edges spanning 1000x: slivers beside a fine patch). With one barrier
+    reach for every face its slivers, closer than ``margin * h`` at rest, are pushed apart (the test
+    checks that this happens, so that the option is what prevents it); with ``local_reach`` each
+    face's reach is at most half its own altitude and relax finds nothing to do."""
+    vertices, faces = tt.scenes.graded_torus(9, grading=1000.0)
+    pushed = tt.untangle(vertices, faces)
+    assert int(pushed.relax_iterations) > 0 and float(pushed.worst_edge_ratio) < 0.9
+    result = tt.untangle(vertices, faces, local_reach=True)
+    assert bool(result.converged) and int(result.iterations) == 0
+    assert int(result.relax_iterations) == 0 and bool(result.relax_converged)
+    np.testing.assert_allclose(np.asarray(result.vertices), vertices, atol=1e-12)

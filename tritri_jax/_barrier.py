@@ -30,9 +30,32 @@ def shared_vertices(faces: Faces, pairs: Int[Array, "P 2"]):
     return corners[:, 0, :, None] == corners[:, 1, None, :]
 
 
+def pair_reach(dhat, pairs):
+    """Each pair's $\\hat d$ ``(P,)``: ``dhat`` itself if it is a scalar, else (a reach per face,
+    ``(F,)``) the geometric mean of its two faces' (smooth in both, unlike their minimum)."""
+    dhat = jnp.asarray(dhat)
+    if dhat.ndim == 0:
+        return jnp.broadcast_to(dhat, pairs.shape[:1])
+    rows = jnp.maximum(pairs, 0)
+    return jnp.sqrt(dhat[rows[:, 0]] * dhat[rows[:, 1]])
+
+
+def _add_reach_gradient(total, dhat, pairs, reach, by_reach):
+    """``total`` plus the gradient in ``dhat`` of a sum whose gradient in ``pair_reach(dhat, pairs)``
+    (``reach``) is ``by_reach``: scattered onto the two faces of each pair (no dense ``(F,)`` term
+    per chunk)."""
+    if jnp.ndim(dhat) == 0:
+        return total + by_reach
+    rows = jnp.maximum(pairs, 0)
+    for side in (0, 1):  # d sqrt(a b) / d a = sqrt(a b) / (2 a)
+        total = total.at[rows[:, side]].add(by_reach * reach / (2 * dhat[rows[:, side]]))
+    return total
+
+
 def barrier_energy(vertices, faces, pairs, count, dhat, chunk: int = 64):
     """$\\sum$ of [`pair_barrier`][tritri_jax._distance.pair_barrier] over the first ``count`` of
-    ``pairs`` (distances in ``dhat``); differentiable in ``vertices`` and ``dhat`` to any order.
+    ``pairs`` (distances in ``dhat``: a scalar, or a reach per face, a pair taking the smaller of its
+    two faces', ``pair_reach``); differentiable in ``vertices`` and ``dhat`` to any order.
 
     A ``lax.scan`` over chunks of ``chunk`` rows, each behind a ``lax.cond`` on whether it holds a
     live row. Phase 2's buffer is sized for growth (four times the close pairs at its start), and
@@ -50,7 +73,7 @@ def barrier_energy(vertices, faces, pairs, count, dhat, chunk: int = 64):
 def _barrier_scan(vertices, faces, pairs, count, dhat, chunk: int, gradient: bool):
     """``barrier_energy``'s sum, and with ``gradient`` its derivatives in ``vertices`` and ``dhat``."""
     zero = jnp.zeros((), vertices.dtype)
-    total = (zero, jnp.zeros_like(vertices), zero) if gradient else zero
+    total = (zero, jnp.zeros_like(vertices), jnp.zeros(jnp.shape(dhat), vertices.dtype)) if gradient else zero
     capacity = pairs.shape[0]
     if capacity == 0:
         return total
@@ -63,18 +86,20 @@ def _barrier_scan(vertices, faces, pairs, count, dhat, chunk: int, gradient: boo
         rows, slots = chunk_rows
         same = shared_vertices(faces, rows)
 
-        def chunk_sum(u, v, dhat):
-            values = jax.vmap(pair_barrier, in_axes=(0, 0, 0, None))(u, v, same, dhat**2)
+        def chunk_sum(u, v, dhat):  # a scalar dhat, or each row's reach
+            batched = 0 if jnp.ndim(dhat) else None
+            values = jax.vmap(pair_barrier, in_axes=(0, 0, 0, batched))(u, v, same, dhat**2)
             return jnp.sum(jnp.where(slots < count, values, 0))
 
         def live():
             u, v = pair_triangles(vertices, faces, rows)
+            reach = pair_reach(dhat, rows) if jnp.ndim(dhat) else dhat
             if not gradient:
-                return total + chunk_sum(u, v, dhat)
-            value, (du, dv, ddhat) = jax.value_and_grad(chunk_sum, argnums=(0, 1, 2))(u, v, dhat)
+                return total + chunk_sum(u, v, reach)
+            value, (du, dv, by_reach) = jax.value_and_grad(chunk_sum, argnums=(0, 1, 2))(u, v, reach)
             corners = faces[jnp.maximum(rows, 0)].reshape(-1, 6)
             moved = scatter_to_vertices(jnp.stack([du, dv], 1).reshape(-1, 18), corners, vertices.shape[0])
-            return total[0] + value, total[1] + moved, total[2] + ddhat
+            return total[0] + value, total[1] + moved, _add_reach_gradient(total[2], dhat, rows, reach, by_reach)
 
         return lax.cond(slots[0] < count, live, lambda: total), None
 
@@ -91,7 +116,7 @@ def _barrier_energy_jvp(chunk, primals, tangents):
     vertices, faces, pairs, count, dhat = primals
     vertices_dot, _, _, _, dhat_dot = tangents
     value, by_vertices, by_dhat = _barrier_scan(vertices, faces, pairs, count, dhat, chunk, gradient=True)
-    return value, jnp.sum(by_vertices * vertices_dot) + by_dhat * dhat_dot
+    return value, jnp.sum(by_vertices * vertices_dot) + jnp.sum(by_dhat * dhat_dot)
 
 
 class BlockSystem(NamedTuple):
@@ -172,12 +197,12 @@ def _live_blocks(vertices, faces, pairs, count, dhat, exact, chunk: int = 32) ->
     for those within ``dhat``, and 15 ms for the distinct ones; the Gauss-Newton blocks 19, 11 and
     5.7 ms."""
     capacity = pairs.shape[0]
-    dhat_sq = dhat**2
+    dhat_sq = pair_reach(dhat, pairs) ** 2 if jnp.ndim(dhat) else dhat**2
     corners = faces[jnp.maximum(pairs, 0)].reshape(-1, 6)
     u, v = pair_triangles(lax.stop_gradient(vertices), faces, pairs)
     distances = jax.vmap(lambda a, b, same: primitive_distances_sq(a, b, same, SOA))
     dist, counted, _ = distances(u, v, shared_vertices(faces, pairs))
-    active = (jnp.arange(capacity) < count)[:, None] & counted & (dist < dhat_sq)
+    active = (jnp.arange(capacity) < count)[:, None] & counted & (dist < jnp.reshape(dhat_sq, (-1, 1)))
     blocks = jnp.zeros((capacity, 18, 18), vertices.dtype)
     if capacity == 0:
         return BlockSystem(corners, blocks)
@@ -189,8 +214,9 @@ def _live_blocks(vertices, faces, pairs, count, dhat, exact, chunk: int = 32) ->
 
 def _add_kind(blocks, vertices, corners, active, table, dhat_sq, edge_edge: bool, exact, chunk: int):
     """``_live_blocks`` for one kind of primitive pair: ``active`` ``(P, m)`` marks those within
-    ``dhat``, ``table`` ``(m, 4)`` their corners among the face pair's six; each distinct one (or
-    each one, when more are active than ``P``) is added, times its count, into ``blocks``."""
+    their pair's ``dhat_sq`` (``(P,)``, or one for all), ``table`` ``(m, 4)`` their corners among
+    the face pair's six; each distinct one (or each one, when more are active than ``P``) is added,
+    times its count, into ``blocks``."""
     capacity, kinds = active.shape
     flat = active.reshape(-1)
     size, total = flat.shape[0], jnp.sum(flat)
@@ -218,7 +244,8 @@ def _add_kind(blocks, vertices, corners, active, table, dhat_sq, edge_edge: bool
         row, slots = where(lax.dynamic_slice_in_dim(chosen, k * chunk, chunk))
         times = lax.dynamic_slice_in_dim(multiplicity, k * chunk, chunk).astype(vertices.dtype)
         points = vertices[jnp.take_along_axis(corners[row], slots, axis=1)]
-        values = times[:, None, None] * _primitive_blocks(points, dhat_sq, edge_edge, exact)
+        reach_sq = dhat_sq[row] if jnp.ndim(dhat_sq) else dhat_sq
+        values = times[:, None, None] * _primitive_blocks(points, reach_sq, edge_edge, exact)
         dofs = (3 * slots[:, :, None] + jnp.arange(3)).reshape(-1, 12)
         return blocks.at[row[:, None, None], dofs[:, :, None], dofs[:, None, :]].add(values)
 
@@ -227,12 +254,14 @@ def _add_kind(blocks, vertices, corners, active, table, dhat_sq, edge_edge: bool
 
 def _primitive_blocks(points, dhat_sq, edge_edge: bool, exact):
     """``_primitive_hessian`` (``exact``) or ``_primitive_gauss_newton`` of each row of ``points``
-    ``(N, 4, 3)``; ``exact`` a bool, traced or not (one set of buffers and loops serves both)."""
-    hessian = jax.vmap(lambda p: _primitive_hessian(p, dhat_sq, edge_edge))
-    gauss_newton = jax.vmap(lambda p: _primitive_gauss_newton(p, dhat_sq, edge_edge))
+    ``(N, 4, 3)`` with its ``dhat_sq`` (``(N,)``, or one for all); ``exact`` a bool, traced or not
+    (one set of buffers and loops serves both)."""
+    batched = 0 if jnp.ndim(dhat_sq) else None
+    hessian = jax.vmap(lambda p, d: _primitive_hessian(p, d, edge_edge), in_axes=(0, batched))
+    gauss_newton = jax.vmap(lambda p, d: _primitive_gauss_newton(p, d, edge_edge), in_axes=(0, batched))
     if isinstance(exact, bool):
-        return (hessian if exact else gauss_newton)(points)
-    return lax.cond(exact, hessian, gauss_newton, points)
+        return (hessian if exact else gauss_newton)(points, dhat_sq)
+    return lax.cond(exact, hessian, gauss_newton, points, dhat_sq)
 
 
 def barrier_blocks(vertices, faces, pairs, count, dhat, *, exact) -> BlockSystem:

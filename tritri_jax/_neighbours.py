@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._barrier import shared_vertices
+from ._barrier import pair_reach, shared_vertices
 from ._broad_phase import candidate_pairs, face_bounds, stream_compact
 from ._detect import judge_pairs
 from ._distance import pair_distance_sq
@@ -45,6 +45,7 @@ class RelaxSetup(eqx.Module):
     # (traced, so that the meshes of one bucket share the compiled phase 2); ``None``: all of them.
     num_faces: Array | None = None
     num_edges: Array | None = None
+    local_reach: bool = eqx.field(static=True, default=False)  # a barrier reach per face (``barrier_reach``)
 
     def rest(self, theta) -> RestShape:
         """The rest shape ``theta`` measured on this mesh's (real) edges."""
@@ -189,7 +190,7 @@ def _fits(nearby, num_nearby):
     return num_nearby <= nearby.shape[0]
 
 
-def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None = None) -> Neighbours:
+def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None = None, close_reach=None) -> Neighbours:
     """Face pairs that can come within ``dhat`` of each other, or cross, at any point no vertex of
     which is farther than ``reach`` from ``x`` (default: the largest step, ``max_step * h``).
 
@@ -209,9 +210,13 @@ def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None 
     always meet, and the distances of all 27k of them took 9 ms on the pretzel). They enter through
     lower bounds of their distances (``adjacent_bounds``), carried over from ``previous`` (a list
     built before, or ``None``) and measured again only where they are below what is asked of them
-    here (``dhat + 2 reach``, or ``dhat`` without a nearby list)."""
+    here (``dhat + 2 reach``, or ``dhat`` without a nearby list).
+
+    ``dhat`` is ``margin * h``; ``close_reach`` (a reach per face, at most that; ``None``: ``dhat``)
+    is what the close pairs must be within (a pair: the geometric mean of its faces')."""
     reach = setup.max_step * h if reach is None else reach
     dhat = setup.margin * h
+    close_reach = dhat if close_reach is None else close_reach
     x = lax.stop_gradient(x)
     candidates = candidate_pairs(
         x,
@@ -240,7 +245,7 @@ def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None 
     nearby, num_nearby = lax.cond(
         measured, nearby_pairs, lambda: (jnp.full((rows, 2), -1, jnp.int32), jnp.int32(rows + 1))
     )
-    close, num_close = _search_close(x, setup, pairs, count, nearby, num_nearby, dhat, bound, x)
+    close, num_close = _search_close(x, setup, pairs, count, nearby, num_nearby, close_reach, bound, x)
     usable = _fits(nearby, num_nearby)
     checked = lax.dynamic_update_slice(pairs, jnp.where(usable, nearby, pairs[:rows]), (0, 0))
     num_checked = jnp.where(usable, num_nearby, count)
@@ -260,15 +265,17 @@ def neighbours(x, setup: RelaxSetup, h, reach=None, previous: Neighbours | None 
     )
 
 
-def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None) -> Neighbours:
+def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None, close_reach=None) -> Neighbours:
     """``neighbours`` for a step from ``x`` that moves no vertex farther than ``reach``: the previous
     list (``previous``, or ``None``) with its close pairs measured again at ``x``, while ``x`` plus
     the step stays within its skin and its nearby pairs are usable; else a new list, with a skin of
     twice the reach where the nearby pairs are still measured at that (near the minimum the steps
-    are far smaller than the smallest cap, and one list serves several of them)."""
+    are far smaller than the smallest cap, and one list serves several of them). ``close_reach``:
+    as in ``neighbours``."""
     skin = jnp.where(2 * reach <= _NEARBY_REACH * h, 2 * reach, reach)
+    close_reach = setup.margin * h if close_reach is None else close_reach
     if previous is None:
-        return neighbours(x, setup, h, skin)
+        return neighbours(x, setup, h, skin, close_reach=close_reach)
     x = lax.stop_gradient(x)
     moved = jnp.sqrt(jnp.max(jnp.sum((x - previous.reference) ** 2, axis=1), initial=0.0))
     keep = (
@@ -279,11 +286,11 @@ def advance(x, setup: RelaxSetup, h, reach, previous: Neighbours | None) -> Neig
     )
 
     def kept():
-        dhat = setup.margin * h
-        close, num_close = _within(x, setup, previous.nearby, previous.num_nearby, dhat, setup.active_capacity)
+        rows, active = previous.nearby, setup.active_capacity
+        close, num_close = _within(x, setup, rows, previous.num_nearby, close_reach, active)
         return eqx.tree_at(lambda n: (n.origin, n.close, n.num_close), previous, (x, close, num_close))
 
-    return lax.cond(keep, kept, lambda: neighbours(x, setup, h, skin, previous))
+    return lax.cond(keep, kept, lambda: neighbours(x, setup, h, skin, previous, close_reach))
 
 
 def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
@@ -293,7 +300,8 @@ def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     Two passes: the boxes' gap (cheap) drops most pairs, the primitive distances decide the rest."""
     rows_in = pairs.shape[0]
     lo, hi = face_bounds(x, setup.faces)
-    lo, hi = (lo - 0.5 * distance).T, (hi + 0.5 * distance).T
+    pad = 0.5 * jnp.asarray(distance)[..., None]  # a face's box grown by half its reach: a superset
+    lo, hi = (lo - pad).T, (hi + pad).T
     chunk = min(rows_in, 1 << 14)
 
     def boxes_meet(slot):
@@ -308,13 +316,13 @@ def _closer_than(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
 
 def _within(x, setup: RelaxSetup, pairs, count, distance, capacity: int):
     """The first ``count`` rows of ``pairs`` whose non-incident primitives are closer than
-    ``distance``, compacted into ``capacity`` rows, and their true count (1k-row chunks: few pairs
-    are close, and a 16k chunk of distances cost 15 ms)."""
+    ``distance`` (a scalar, or a reach per face: ``pair_reach``), compacted into ``capacity`` rows,
+    and their true count (1k-row chunks: few pairs are close, and a 16k chunk of distances cost 15 ms)."""
     rows_in = pairs.shape[0]
 
     def within(slot):
         rows = pairs[jnp.minimum(slot, rows_in - 1)]
-        return (slot < count) & (_distances_sq(x, setup, rows) < distance**2), rows
+        return (slot < count) & (_distances_sq(x, setup, rows) < pair_reach(distance, rows) ** 2), rows
 
     empty = jnp.full((capacity, 2), -1, jnp.int32)
     return stream_compact(within, jnp.minimum(count, rows_in), min(rows_in, 1 << 10), empty)
@@ -326,7 +334,7 @@ def _search_close(x, setup: RelaxSetup, pairs, count, nearby, num_nearby, dhat, 
     ``bound`` at ``reference``)."""
 
     def among_all():  # the adjacent pairs go behind the neighbours, in the room left for them
-        rows, num_rows = _adjacent_below(x, setup, bound, reference, dhat, (pairs, count))
+        rows, num_rows = _adjacent_below(x, setup, bound, reference, jnp.max(dhat), (pairs, count))
         return _closer_than(x, setup, rows, num_rows, dhat, setup.active_capacity)
 
     return lax.cond(

@@ -48,7 +48,9 @@ class UntangleOptions(NamedTuple):
     steps also a little farther; none with ``relax_polish=0``); ``relax_cg_iters`` CG iterations
     each (preconditioned by a multigrid of the elastic stiffness);
     ``bending`` and ``pull`` weights of the elastic energy; ``margin``: the barrier's reach $\\hat d$
-    in ``h``; ``barrier_weight`` $\\kappa$;
+    in ``h``; ``local_reach``: each face's reach at most half its smallest rest altitude (for meshes
+    whose edge lengths span orders of magnitude, where one reach pushes slivers apart at rest);
+    ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
     ``gradient_fallback``: what the VJP does where the implicit gradient is not available (the
@@ -88,6 +90,7 @@ class UntangleOptions(NamedTuple):
     bending: float = 1.0
     pull: float = 1e-2
     margin: float = 0.1
+    local_reach: bool = False
     barrier_weight: float = 1e-2
     relax_step: float = 0.25
     capacity: int | None = None
@@ -162,7 +165,7 @@ class UntangleResult(NamedTuple):
 # The options that shape compiled code (static arguments, buffer sizes): calls that differ only in
 # the others (step, smoothing, weights) run the same executables, so they never release them.
 _STATIC_OPTIONS = ("max_steps", "patience", "method", "paper_rounds", "relax", "relax_iters")
-_STATIC_OPTIONS += ("relax_polish", "relax_cg_iters", "capacity")
+_STATIC_OPTIONS += ("relax_polish", "relax_cg_iters", "capacity", "local_reach")
 
 _STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
 
@@ -358,6 +361,7 @@ def _phase2(problem: _Problem, settings: UntangleOptions, *, pad: bool = True):
         bending=settings.bending,
         pull=settings.pull,
         margin=settings.margin,
+        local_reach=settings.local_reach,
         barrier_weight=settings.barrier_weight,
         max_step=settings.relax_step,
         pattern=elastic_pattern(edges, len(theta), dtype, width=width),
