@@ -54,8 +54,8 @@ def _add_reach_gradient(total, dhat, pairs, reach, by_reach):
 
 def barrier_energy(vertices, faces, pairs, count, dhat, chunk: int = 64):
     """$\\sum$ of [`pair_barrier`][tritri_jax._distance.pair_barrier] over the first ``count`` of
-    ``pairs`` (distances in ``dhat``: a scalar, or a reach per face, a pair taking the smaller of its
-    two faces', ``pair_reach``); differentiable in ``vertices`` and ``dhat`` to any order.
+    ``pairs`` (distances in ``dhat``: a scalar, or a reach per face, a pair taking the geometric mean
+    of its two faces', ``pair_reach``); differentiable in ``vertices`` and ``dhat`` to any order.
 
     A ``lax.scan`` over chunks of ``chunk`` rows, each behind a ``lax.cond`` on whether it holds a
     live row. Phase 2's buffer is sized for growth (four times the close pairs at its start), and

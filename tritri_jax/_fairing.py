@@ -30,17 +30,15 @@ def fair_crossings(x, faces, edges, h: float, unit: float, remaining, max_steps:
     ``remaining``: the exact crossing pairs at ``x``; ``edges``: the mesh's unique edges; ``h``
     its mean edge length and ``unit`` phase 1's length unit. Returns ``(x, remaining, steps)``:
     the state with the fewest crossings seen (``x`` itself when no step lowered the count)."""
-    dtype = np.asarray(x).dtype
-    faces = np.asarray(faces)
-    n = len(x)
+    x, faces = np.asarray(x), np.asarray(faces)
+    dtype, n = x.dtype, len(x)
     ones = np.ones(len(edges))
     adjacency = sp.coo_matrix((ones, (edges[:, 0], edges[:, 1])), (n, n)).tocsr()
     adjacency = adjacency + adjacency.T
     laplacian = (sp.diags(np.asarray(adjacency.sum(1)).ravel()) - adjacency).tocsr()
-    x = np.asarray(x)
     best, best_remaining = x, remaining
     radius, y, steps = 2 * unit, x, 0
-    while steps < max_steps and len(remaining) and radius <= 2.0:
+    while steps < max_steps and len(remaining) and radius <= 2.0:  # 2: past the unit diagonal
         seeds = np.unique(faces[np.asarray(remaining).reshape(-1)].reshape(-1))
         distance, _ = cKDTree(y[seeds]).query(y, distance_upper_bound=radius)
         region = np.isfinite(distance)
