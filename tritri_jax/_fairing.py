@@ -21,6 +21,7 @@ from scipy.sparse.linalg import splu
 from scipy.spatial import cKDTree
 
 from ._detect import find_intersections
+from ._elastic import laplacian_matrix
 
 
 def fair_crossings(x, faces, edges, h: float, unit: float, remaining, max_steps: int):
@@ -31,11 +32,8 @@ def fair_crossings(x, faces, edges, h: float, unit: float, remaining, max_steps:
     its mean edge length and ``unit`` phase 1's length unit. Returns ``(x, remaining, steps)``:
     the state with the fewest crossings seen (``x`` itself when no step lowered the count)."""
     x, faces = np.asarray(x), np.asarray(faces)
-    dtype, n = x.dtype, len(x)
-    ones = np.ones(len(edges))
-    adjacency = sp.coo_matrix((ones, (edges[:, 0], edges[:, 1])), (n, n)).tocsr()
-    adjacency = adjacency + adjacency.T
-    laplacian = (sp.diags(np.asarray(adjacency.sum(1)).ravel()) - adjacency).tocsr()
+    dtype = x.dtype
+    laplacian = laplacian_matrix(edges, len(x)).tocsr()
     best, best_remaining = x, remaining
     radius, y, steps = 2 * unit, x, 0
     while steps < max_steps and len(remaining) and radius <= 2.0:  # 2: past the unit diagonal

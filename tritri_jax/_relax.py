@@ -4,8 +4,8 @@ Inexact Newton-CG (``newton_cg``) on
 
 $$ E(x) = E_{\\text{elastic}}(x; \\theta) + \\kappa \\sum_{\\text{near pairs}} b\\left(d^2 / \\hat d^2\\right) $$
 
-with ``theta`` the input (rest shape and pull target), $\\hat d$ = ``margin * h`` (smaller where the mesh is
-finer: ``barrier_reach``) and $b$ the IPC log barrier on the distances between the non-incident
+with ``theta`` the input (rest shape and pull target), $\\hat d$ = ``margin * h`` (with ``local_reach``
+less on thin faces: ``barrier_reach``) and $b$ the IPC log barrier on the distances between the non-incident
 primitives of near face pairs (``_distance``).
 The barrier is continuous and grows without bound as two primitives meet, so Newton reaches a
 stationary point (the interval energy $T$ used before jumps where a triangle leaves the other's
@@ -50,7 +50,7 @@ def barrier_reach(setup: RelaxSetup, theta, h):
     share no vertex closer than $\\hat d$ at rest, about a sliver's width apart: the barrier pushes
     the clean input apart (a graded torus: 41-50 Newton steps, worst edge ratio 0.35-0.39; with the
     local reach none). It is not the default: on the ISIR meshes it changes only 0-2.4 % of the
-    faces, but phase 2 then took 29-50 Newton steps instead of 25-26 on three of them (the
+    faces, but phase 2 then took 29-50 Newton steps instead of 24-27 on three of them (the
     figure-of-eight knot stopped short of stationary). The neighbour lists still search within
     ``margin * h`` (a superset); a pair takes the geometric mean of its faces'
     (``_barrier.pair_reach``). Differentiable in the rest shape."""
