@@ -8,6 +8,7 @@ Layers, bottom to top (each module imports only modules before it in this list):
 2. broad phase: ``_sizes`` (the shape ladder), ``_broad_phase`` (spatial hash grid);
 3. over a mesh: ``_mesh_energy`` (checks, gather / scatter, energies), ``_topology`` (coincident
    vertices, the mesh a solver moves, ``mesh_report``), ``_detect`` (the detection pipeline),
+   ``_contours`` (intersection curves and the regions they bound),
    ``_barrier`` (the barrier over near pairs), ``_elastic`` (springs, bending, pull);
 4. solvers: ``_newton``, ``_multigrid``; ``_phase1`` (untangle: descent on the curve length),
    ``_neighbours`` and ``_relax`` (relax: Newton on elastic + barrier), ``_paper_route``;
@@ -19,6 +20,10 @@ Layers, bottom to top (each module imports only modules before it in this list):
 from . import scenes as scenes
 from ._broad_phase import CandidatePairs as CandidatePairs
 from ._broad_phase import candidate_pairs as candidate_pairs
+from ._contours import CurveRegions as CurveRegions
+from ._contours import IntersectionCurve as IntersectionCurve
+from ._contours import curve_regions as curve_regions
+from ._contours import intersection_curves as intersection_curves
 from ._detect import find_intersections as find_intersections
 from ._kernels import Interval as Interval
 from ._kernels import crossing_length as crossing_length

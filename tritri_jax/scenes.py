@@ -390,6 +390,47 @@ def scatter_copies(vertices, faces, count: int = 4, spread: float = 1.2, seed: i
     return np.concatenate(parts), np.concatenate(all_faces).astype(np.int32)
 
 
+def klein_bottle(n: int = 16, hole: float = 0.0, radius: float = 2.0):
+    """The figure-8 immersion of a Klein bottle, ``3n`` cells around its loop and ``n`` around the
+    figure 8, glued with the flip ``(u + 2 pi, v) ~ (u, -v)``; it passes through itself along one
+    circle of ``radius``. With ``hole > 0`` the cells within ``hole`` (radians, in the ``(u, v)``
+    parameters) of a point away from that circle are removed: a punctured Klein bottle, which has an
+    embedding, so its crossings can all be removed, though not by shrinking the circle. The closed
+    one (``hole=0``) cannot be embedded in space: no method can remove its crossings.
+
+    The ``v`` samples sit half a cell off the double circle, so no two vertices coincide.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.klein_bottle(8)
+    >>> vertices.shape, faces.shape
+    ((192, 3), (384, 3))
+
+    ```
+    """
+    rows, cols = 3 * n, n
+    u, v = np.meshgrid(2 * np.pi * np.arange(rows) / rows, 2 * np.pi * (np.arange(cols) + 0.5) / cols, indexing="ij")
+    bulge = radius + np.cos(u / 2) * np.sin(v) - np.sin(u / 2) * np.sin(2 * v)
+    height = np.sin(u / 2) * np.sin(v) + np.cos(u / 2) * np.sin(2 * v)
+    vertices = np.stack([bulge * np.cos(u), bulge * np.sin(u), height], -1).reshape(-1, 3)
+    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+
+    def index(i, j):
+        glued = i == rows  # across u = 2 pi the figure 8 comes back mirrored: v -> -v
+        return np.where(glued, (cols - 1 - j % cols), i * cols + j % cols)
+
+    a, b, c, d = index(i, j), index(i + 1, j), index(i + 1, j + 1), index(i, j + 1)
+    faces = np.stack([np.stack([a, b, c], -1), np.stack([a, c, d], -1)], 2).reshape(-1, 3)
+    if hole > 0:
+        centre_u = 2 * np.pi * (i + 0.5) / rows - np.pi
+        centre_v = 2 * np.pi * (j + 1) / cols - np.pi / 2
+        keep = (np.hypot(centre_u, centre_v) > hole).repeat(2)
+        faces = faces[keep]
+        used, faces = np.unique(faces, return_inverse=True)
+        vertices, faces = vertices[used], faces.reshape(-1, 3)
+    return vertices, faces.astype(np.int32)
+
+
 def _resolution(faces_per_n_sq: float, target_faces: int) -> int:
     return max(4, int(round(np.sqrt(target_faces / faces_per_n_sq))))
 
