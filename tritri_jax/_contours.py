@@ -49,11 +49,13 @@ class CurveRegions(NamedTuple):
     - ``bands``: one entry per band (a connected set of faces the curve cuts, one per sheet it runs
       on): the sorted region ids that touch the band. A band touching two or more regions separates
       the surface there; a band touching one does not (the curve's two sides are one region).
+    - ``band_faces``: the faces of each band, in the order of ``bands``.
     """
 
     labels: np.ndarray
     areas: np.ndarray
     bands: list
+    band_faces: list
 
 
 def _edge_faces(faces):
@@ -254,8 +256,9 @@ def curve_regions(vertices, faces, curve: IntersectionCurve, adjacency=None) -> 
     band_faces = np.nonzero(cut)[0]
     coo = adjacency.tocoo()
     across = cut[coo.row] & ~cut[coo.col]
-    bands = []
+    bands, faces_of_band = [], []
     for band in np.unique(band_of[band_faces]):
         touching = across & (band_of[coo.row] == band)
         bands.append(np.unique(labels[coo.col[touching]]))
-    return CurveRegions(labels, areas, bands)
+        faces_of_band.append(band_faces[band_of[band_faces] == band])
+    return CurveRegions(labels, areas, bands, faces_of_band)

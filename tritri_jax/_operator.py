@@ -261,6 +261,7 @@ def _result_shapes(v, settings: UntangleOptions) -> UntangleResult:
         converged=scalar(jnp.bool_),
         iterations=scalar(jnp.int32),
         fairing_steps=scalar(jnp.int32),
+        global_moves=scalar(jnp.int32),
         num_intersections=scalar(jnp.int32),
         history=jax.ShapeDtypeStruct((steps,), jnp.int32),
         history_length=jax.ShapeDtypeStruct((steps,), real),

@@ -34,6 +34,7 @@ from jax.scipy.sparse.linalg import cg
 from ._detect import detect_on_device, find_intersections
 from ._elastic import laplacian_matrix
 from ._fairing import fair_crossings
+from ._global import global_moves
 from ._memory import releasable_jit
 from ._mesh_energy import pairs_energy
 from ._multigrid import Ell, ell
@@ -171,7 +172,8 @@ phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "patience"))
 class Phase1(NamedTuple):
     """What ``run_phase1`` returns: the state ``x`` and the exact crossing pairs there, phase-1
     steps over all attempts, ``(counts, lengths)`` per step, the detection's buffer sizes it ended
-    with, and the fairing steps taken after stalled attempts (``_fairing``)."""
+    with, the fairing steps taken after stalled attempts (``_fairing``) and the global moves kept
+    (``_global``)."""
 
     x: Array
     remaining: np.ndarray
@@ -179,13 +181,16 @@ class Phase1(NamedTuple):
     history: tuple[np.ndarray, np.ndarray]
     capacities: Capacities
     fairing_steps: int
+    global_moves: int
 
 
 def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> Phase1:
     """Phase 1 with restarts on ``problem`` (``untangle``'s normalised mesh) with ``settings`` (its
     ``UntangleOptions``); the detection's buffers start at ``floor`` and grow on overflow. An attempt
-    that ends with crossings left is followed by up to ``settings.fairing_steps`` fairing steps from
-    its best state before the next attempt starts from the input.
+    that ends with crossings left is followed, from its best state, by rigid global moves (parts
+    moved clear of each other), up to ``settings.fairing_steps`` fairing steps, then global moves
+    that also push regions back (``settings.global_moves`` in all); the next attempt starts from
+    the input, or from the last state a global move reached.
 
     Runs on the mesh padded to its shape bucket (and the Laplacian's slots to theirs), so that the
     meshes of one bucket share one compiled phase 1."""
@@ -201,7 +206,8 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> 
     unit = max(problem.h, settings.resolution)
     rings = (unit / problem.h) ** 2  # the smoothing's lambda counts squared edge rings
     cg_iters = jnp.int32(np.ceil(settings.cg_iters * unit / problem.h))  # CG's reach in rings: sqrt(lambda)
-    histories, lengths, total_steps, fairing = [], [], 0, 0
+    histories, lengths, total_steps, fairing, moves = [], [], 0, 0, 0
+    start = theta
     chunk = 10 if progress else settings.max_steps
     for attempt in range(settings.restarts + 1):
         # each attempt after the first changes what moves: a quarter of the smoothing (more local
@@ -209,8 +215,8 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> 
         fraction = settings.step_fraction / 2 ** (attempt // 2)
         smoothing = settings.smoothing / 4 ** (attempt % 2)
         state = _State(
-            x=theta,
-            best_x=theta,
+            x=start,
+            best_x=start,
             best_count=jnp.int32(jnp.iinfo(jnp.int32).max),
             count=jnp.int32(-1),
             smoothing=jnp.asarray(smoothing * rings, dtype),
@@ -254,12 +260,31 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> 
         total_steps += int(state.step)
         histories.append(np.asarray(state.history[: int(state.step)]))
         lengths.append(np.asarray(state.lengths[: int(state.step)]))
-        if len(remaining) and settings.fairing_steps:
-            faired, remaining, taken = fair_crossings(
-                x1, problem.faces, problem.edges_np, problem.h, unit, remaining, settings.fairing_steps
-            )
-            x1, fairing = jnp.asarray(faired), fairing + taken
+        # escalation, cheapest for the shape first: a connected part moved clear of another (rigid),
+        # fairing the crossing region, then global moves that also push regions back
+        for kind in ("clear", "fair", "push"):
+            if not len(remaining):
+                break
+            if kind == "fair" and settings.fairing_steps:
+                faired, remaining, taken = fair_crossings(
+                    x1, problem.faces, problem.edges_np, problem.h, unit, remaining, settings.fairing_steps
+                )
+                x1, fairing = jnp.asarray(faired), fairing + taken
+            elif kind != "fair" and moves < settings.global_moves:
+                moved, remaining, taken = global_moves(
+                    x1,
+                    problem.faces,
+                    problem.edges_np,
+                    remaining,
+                    unit,
+                    settings.global_moves - moves,
+                    origin=np.asarray(problem.theta),
+                    pushes=kind == "push",
+                )
+                x1, moves = jnp.asarray(moved), moves + taken
+                if taken:
+                    start = jnp.asarray(pad_mesh(np.asarray(moved), np.asarray(problem.faces))[0])
         if len(remaining) == 0:
             break
     history = (np.concatenate(histories), np.concatenate(lengths))
-    return Phase1(x1, remaining, total_steps, history, capacities, fairing)
+    return Phase1(x1, remaining, total_steps, history, capacities, fairing, moves)

@@ -41,6 +41,10 @@ class UntangleOptions(NamedTuple):
     ``fairing_steps``: after an attempt that ends with crossings left, up to this many implicit
     smoothing steps of the positions around the crossings (their rim held; a region twice phase 1's
     unit wide, doubled when a step does not lower the count) before the next attempt; 0: none.
+    ``global_moves``: then up to this many moves chosen from the intersection curves (a connected
+    part moved clear of the one it crosses, or the side of a separating curve pushed back through
+    the other sheet), each kept only when the exact crossing count drops; the next attempt starts
+    from the last one kept; 0: none.
     ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
     $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
     Phase 2: ``relax`` (run it); up to ``relax_iters + relax_polish`` Newton steps, with a PSD
@@ -95,6 +99,7 @@ class UntangleOptions(NamedTuple):
     relax_step: float = 0.25
     capacity: int | None = None
     fairing_steps: int = 8
+    global_moves: int = 10
     gradient_fallback: str = "raise"
 
 
@@ -113,6 +118,7 @@ class UntangleResult(NamedTuple):
     - ``converged``: the exact detection finds no crossing pair in ``vertices``.
     - ``iterations``: phase-1 steps taken, over all attempts; ``fairing_steps``: fairing steps taken
       where an attempt's descent stalled (0: descent alone finished; the ``fairing_steps`` option);
+      ``global_moves``: global moves kept after fairing (the ``global_moves`` option);
       ``relax_iterations``, ``relax_cg_iterations``: phase 2's Newton steps and their CG iterations.
     - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
@@ -147,6 +153,7 @@ class UntangleResult(NamedTuple):
     converged: Bool[Array, ""]
     iterations: Int[Array, ""]
     fairing_steps: Int[Array, ""]
+    global_moves: Int[Array, ""]
     num_intersections: Int[Array, ""]
     history: Int[Array, " steps"]
     history_length: Float[Array, " steps"]
@@ -435,7 +442,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
     v64 = np.asarray(v_np, np.float64)
     problem = _normalise(v64, f_np, dtype)
     if len(f_np) < 2:  # nothing can cross (an empty mesh, a lone triangle): returned as it is
-        x1, remaining, steps, fairing = problem.theta, np.zeros((0, 2), np.int32), 0, 0
+        x1, remaining, steps, fairing, moves = problem.theta, np.zeros((0, 2), np.int32), 0, 0, 0
         history = (np.zeros(0, np.int32), np.zeros(0))
     elif settings.method == "paper":
         theta, setup = _phase2(problem, settings, pad=False)
@@ -451,11 +458,11 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
             growth=10.0,
             cg_iters=100,
         )
-        remaining, steps, fairing = find_intersections(x1, problem.faces), int(newton_steps), 0
+        remaining, steps, fairing, moves = find_intersections(x1, problem.faces), int(newton_steps), 0, 0
         history = tuple(np.asarray(r) for r in rounds)
     else:
         floor = sizes.phase1 if sizes else None
-        x1, remaining, steps, history, capacities, fairing = run_phase1(problem, settings, progress, floor)
+        x1, remaining, steps, history, capacities, fairing, moves = run_phase1(problem, settings, progress, floor)
         if sizes:
             sizes.phase1 = capacities
     status = APPROXIMATE if len(remaining) == 0 else UNAVAILABLE
@@ -491,6 +498,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
         converged=jnp.bool_(len(remaining) == 0),
         iterations=jnp.int32(steps),
         fairing_steps=jnp.int32(fairing),
+        global_moves=jnp.int32(moves),
         num_intersections=jnp.int32(len(remaining)),
         history=jnp.asarray(history[0], jnp.int32),
         history_length=jnp.asarray(history[1] * problem.diagonal),

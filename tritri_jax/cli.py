@@ -170,6 +170,7 @@ def _untangle(vertices, faces, label, out_path, overwrite, options, picture=None
             bar.close()
     print(f"  phase 1 steps:        {int(result.iterations)}")
     print(f"  fairing steps:        {int(result.fairing_steps)}")
+    print(f"  global moves:         {int(result.global_moves)}")
     print(f"  phase 2 Newton steps: {int(result.relax_iterations)} ({int(result.relax_cg_iterations)} CG iterations)")
     print(f"  crossing pairs after: {int(result.num_intersections)} (exact check)")
     print(f"  converged:            {bool(result.converged)}")

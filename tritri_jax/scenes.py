@@ -517,3 +517,41 @@ SCENES = {
     "crumpled_sheet": crumpled_sheet,
 }
 """The intersecting scenes by name (the clean ``sphere`` is not among them)."""
+
+
+def tangle(name: str, n: int = 16):
+    """A tangle whose intersection curves local descent may not shrink (one of ``TANGLES``), at
+    resolution ``n``: two layers of cloth with a closed loop (``pinch``), nested loops, a
+    figure-eight loop, a curve ending on a boundary (``boundary_cut``) or running across
+    (``cross``); a dome through an annulus, a sheet through a ring, a sphere poking out of the one
+    around it, a tube through its own wall, and the punctured Klein bottle. Returns
+    ``(vertices, faces)``.
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.tangle("pinch", 12)
+    >>> vertices.shape, faces.shape
+    ((288, 3), (484, 3))
+
+    ```
+    """
+    from ._tangles import TANGLES as generators
+
+    if name not in generators:
+        raise ValueError(f"unknown tangle {name!r}; expected one of {tuple(generators)}")
+    return generators[name](n)
+
+
+TANGLES = (
+    "pinch",
+    "nested_loops",
+    "figure_eight",
+    "boundary_cut",
+    "cross",
+    "disc_through_annulus",
+    "sheet_through_ring",
+    "nested_spheres",
+    "tube_through_wall",
+    "punctured_klein_bottle",
+)
+"""The names ``tangle`` takes."""
