@@ -61,3 +61,21 @@ def test_deformations_do_not_modify_their_input():
 def test_unknown_family_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown stress family"):
         scenes.stress_case("spaghetti", 1000)
+
+
+@pytest.mark.parametrize("name", scenes.TANGLES)
+def test_tangles_are_reproducible_valid_and_intersecting(name):
+    vertices, faces = scenes.tangle(name, 10)
+    again, _ = scenes.tangle(name, 10)
+    np.testing.assert_array_equal(vertices, again)
+    assert faces.min() >= 0 and faces.max() < len(vertices) and faces.dtype == np.int32
+    assert len(np.unique(faces)) == len(vertices)  # every vertex is used
+    assert len(np.unique(vertices.round(12), axis=0)) == len(vertices)  # and none coincide
+    assert len(libigl_pairs(vertices, faces)) > 0
+    finer, finer_faces = scenes.tangle(name, 14)
+    assert len(finer_faces) > len(faces)
+
+
+def test_unknown_tangle_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown tangle"):
+        scenes.tangle("granny_knot")

@@ -10,7 +10,8 @@ Layers, bottom to top (each module imports only modules before it in this list):
    vertices, the mesh a solver moves, ``mesh_report``), ``_detect`` (the detection pipeline),
    ``_contours`` (intersection curves and the regions they bound),
    ``_barrier`` (the barrier over near pairs), ``_elastic`` (springs, bending, pull);
-4. solvers: ``_newton``, ``_multigrid``; ``_phase1`` (untangle: descent on the curve length),
+4. solvers: ``_newton``, ``_multigrid``; ``_fairing`` and ``_global`` (phase 1's escalations when
+   descent stalls), ``_phase1`` (untangle: descent on the curve length),
    ``_neighbours`` and ``_relax`` (relax: Newton on elastic + barrier), ``_paper_route``;
 5. the operator: ``_memory``, ``_untangle`` (the solver and its VJP), ``_operator`` (``untangle``
    eagerly and inside ``jit`` / ``vmap`` / ``grad``, ``Untangler``);

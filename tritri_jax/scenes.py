@@ -8,7 +8,9 @@ Besides the four built-in scenes (``SCENES``) there are clean closed surfaces (`
 ``capsule``, ``knot_tube``, ``graded_torus``), ways to make them intersect (``overlapping_copies``,
 ``bend``, ``poke``, ``scatter_copies``), the stress families built from them (``stress_case``:
 one family at about a given face count, drawn from a seed), which `benchmarks/stress.py` runs, and
-``subdivide`` (the same surface with four times the faces, its crossings unchanged).
+``subdivide`` (the same surface with four times the faces, its crossings unchanged), the Klein
+bottle (``klein_bottle``: closed, or punctured) and the tangles of ``tangle`` (cloth layers pushed
+through each other, a sheet through a ring, ...: the cases `benchmarks/tangles.py` runs).
 
 ```python
 >>> from tritri_jax import scenes
