@@ -25,6 +25,11 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 from ._contours import curve_regions, face_adjacency, intersection_curves
 from ._detect import find_intersections
 
+# Each candidate costs one exact detection, which grows with the face count: per move, only the
+# longest curves and a bounded number of tries.
+_CURVES = 4
+_TRIES = 24
+
 
 def _areas(x, faces):
     tri = x[faces]
@@ -108,8 +113,10 @@ def global_moves(x, faces, edges, remaining, unit: float, max_moves: int, *, ori
     while moves < max_moves and len(remaining):
         y64 = x.astype(np.float64)
         area = _areas(y64, faces)
-        accepted = False
-        for curve in intersection_curves(y64, faces, remaining)[:4]:
+        accepted, tried = False, 0
+        for curve in intersection_curves(y64, faces, remaining)[:_CURVES]:
+            if tried >= _TRIES:
+                break
             candidates = _candidates(y64, faces, edges, curve, component, face_component, area, adjacency, unit, pushes)
             if origin is not None and moves == 0:
                 candidates = [
@@ -118,7 +125,8 @@ def global_moves(x, faces, edges, remaining, unit: float, max_moves: int, *, ori
                         origin, faces, edges, curve, component, face_component, area, adjacency, unit, False
                     )
                 ] + candidates
-            for _, candidate in sorted(candidates, key=lambda c: c[0]):
+            for _, candidate in sorted(candidates, key=lambda c: c[0])[: _TRIES - tried]:
+                tried += 1
                 candidate = candidate.astype(dtype)
                 found = find_intersections(candidate, faces)
                 if len(found) < len(remaining):
