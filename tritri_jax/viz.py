@@ -1,9 +1,11 @@
 """Pictures (matplotlib; headless too, it falls back to Agg without a display): a mesh with its
-crossing faces highlighted, before/after, and a convergence plot. The view looks along the mesh's
+crossing faces coloured by intersection curve, before/after, and a convergence plot. The view looks along the mesh's
 thinnest principal axis, so flat and elongated meshes are seen face-on rather than edge-on.
 """
 
 import numpy as np
+
+from ._contours import intersection_curves
 
 
 def _axes_frame(vertices):
@@ -12,7 +14,13 @@ def _axes_frame(vertices):
     return vt  # rows: principal axes, the last is the thinnest
 
 
-def _draw(ax, vertices, faces, crossing_faces, frame, title):
+# one colour per intersection curve, the longest in red
+_CURVE_COLOURS = np.array(
+    [[0.85, 0.1, 0.1], [0.95, 0.55, 0.05], [0.55, 0.15, 0.75], [0.1, 0.6, 0.2], [0.9, 0.2, 0.6], [0.1, 0.5, 0.8]]
+)
+
+
+def _draw(ax, vertices, faces, curve_faces, frame, title):
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
     local = (vertices - vertices.mean(0)) @ frame.T
@@ -22,7 +30,8 @@ def _draw(ax, vertices, faces, crossing_faces, frame, title):
     norm = np.linalg.norm(normal, axis=1, keepdims=True)
     shade = 0.35 + 0.6 * np.abs((normal / np.where(norm > 0, norm, 1)) @ np.array([0.3, 0.4, 0.87]))
     colours = np.stack([shade * 0.75, shade * 0.8, shade * 0.9, np.ones_like(shade)], axis=1)
-    colours[crossing_faces] = [0.85, 0.1, 0.1, 1.0]
+    for k, crossing in enumerate(curve_faces):
+        colours[crossing, :3] = _CURVE_COLOURS[k % len(_CURVE_COLOURS)]
     ax.add_collection3d(Poly3DCollection(tris, facecolors=colours, edgecolors=(0, 0, 0, 0.08), linewidths=0.2))
     lo, hi = local.min(0), local.max(0)
     centre, half = 0.5 * (lo + hi), 0.5 * (hi - lo).max()
@@ -48,7 +57,8 @@ def _finish(fig, path):
 def before_after(
     path, vertices_before, vertices_after, faces, pairs_before, pairs_after, *, labels=("before", "after")
 ):
-    """A side-by-side figure: both meshes with the faces of crossing pairs in red, titled ``labels``.
+    """A side-by-side figure: both meshes with the faces of crossing pairs coloured by intersection
+    curve (``intersection_curves``; the longest in red), titled ``labels``.
 
     Saved to ``path`` (PNG, PDF, ...), or returned as a matplotlib figure when ``path`` is ``None``.
 
@@ -73,8 +83,10 @@ def before_after(
         ((vertices_before, pairs_before, labels[0]), (vertices_after, pairs_after, labels[1]))
     ):
         ax = fig.add_subplot(1, 2, k + 1, projection="3d")
-        crossing = np.unique(np.asarray(pairs, int).reshape(-1))
-        _draw(ax, np.asarray(v, np.float64), faces, crossing, frame, f"{label}: {len(pairs)} crossing pairs")
+        v = np.asarray(v, np.float64)
+        curves = intersection_curves(v, faces, np.asarray(pairs, int).reshape(-1, 2))
+        title = f"{label}: {len(pairs)} crossing pairs" + (f" on {len(curves)} curves" if len(curves) > 1 else "")
+        _draw(ax, v, faces, [np.unique(curve.pairs) for curve in curves], frame, title)
     return _finish(fig, path)
 
 
