@@ -58,7 +58,7 @@ def test_untangle_finishes_a_stalled_descent_by_fairing_and_says_so():
     reaches certified zero, and the result counts the fairing steps (the move does the work)."""
     vertices, faces = tt.scenes.capsule(8, radius=0.3, length=3.0)
     vertices = tt.scenes.bend(vertices, angle=2.5, radius=0.1)
-    budget = dict(max_steps=3, restarts=0, relax=False)
+    budget = dict(max_steps=3, restarts=0, relax=False, global_moves=0)  # fairing alone
     without = tt.untangle(vertices, faces, fairing_steps=0, **budget)
     assert not bool(without.converged) and int(without.fairing_steps) == 0
     result = tt.untangle(vertices, faces, **budget)

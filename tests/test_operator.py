@@ -131,7 +131,7 @@ def test_gradient_fallbacks_where_there_is_no_stationary_point(where):
     approximate = np.asarray(wrap(jax.grad(_loss(relax=False, gradient_fallback="approximate")))(x))
     assert np.all(np.isfinite(approximate)) and np.any(approximate)
     # not certified (one phase-1 step, no restart): no gradient but a zero one
-    budget = dict(max_steps=1, restarts=0, fairing_steps=0)
+    budget = dict(max_steps=1, restarts=0, fairing_steps=0, global_moves=0)
     with pytest.raises(Exception, match="not certified"):
         np.asarray(wrap(jax.grad(_loss(gradient_fallback="approximate", **budget)))(x))
     assert not np.any(np.asarray(wrap(jax.grad(_loss(gradient_fallback="zero", **budget)))(x)))

@@ -89,7 +89,7 @@ def test_empty_meshes_and_a_lone_triangle_come_back_as_they_are(method):
 
 def test_a_budget_too_small_reports_failure_not_success():
     vertices, faces = tt.scenes.two_spheres(6)
-    result = tt.untangle(vertices, faces, max_steps=2, restarts=0, fairing_steps=0)
+    result = tt.untangle(vertices, faces, max_steps=2, restarts=0, fairing_steps=0, global_moves=0)
     assert not bool(result.converged)
     assert int(result.num_intersections) == len(tt.find_intersections(np.asarray(result.vertices), faces)) > 0
 
@@ -99,7 +99,9 @@ def test_a_full_detection_buffer_is_no_best_state():
     buffer and goes on, and its best state is one it counted in full (it was pinned to the input)."""
     vertices, faces = tt.scenes.two_spheres(6)
     before = len(tt.find_intersections(vertices, faces))
-    result = tt.untangle(vertices, faces, max_steps=3, restarts=0, capacity=256, relax=False, fairing_steps=0)
+    result = tt.untangle(
+        vertices, faces, max_steps=3, restarts=0, capacity=256, relax=False, fairing_steps=0, global_moves=0
+    )
     assert not bool(result.converged)
     assert 0 < int(result.num_intersections) < before
     assert float(result.max_displacement) > 0

@@ -41,10 +41,10 @@ class UntangleOptions(NamedTuple):
     ``fairing_steps``: after an attempt that ends with crossings left, up to this many implicit
     smoothing steps of the positions around the crossings (their rim held; a region twice phase 1's
     unit wide, doubled when a step does not lower the count) before the next attempt; 0: none.
-    ``global_moves``: then up to this many moves chosen from the intersection curves (a connected
-    part moved clear of the one it crosses, or the side of a separating curve pushed back through
-    the other sheet), each kept only when the exact crossing count drops; the next attempt starts
-    from the last one kept; 0: none.
+    ``global_moves``: up to this many moves chosen from the intersection curves where an attempt
+    stalls (a connected part moved clear of the one it crosses, before fairing; the side of a
+    separating curve pushed back through the other sheet, after it), each kept only when the exact
+    crossing count drops; the next attempt starts from the last one kept; 0: none.
     ``method``: ``"length"`` (the default phase 1) or ``"paper"`` (Newton on elastic + $\\kappa \\sum T$,
     $\\kappa$ from ``paper_kappa`` times 10 for each of ``paper_rounds`` rounds).
     Phase 2: ``relax`` (run it); up to ``relax_iters + relax_polish`` Newton steps, with a PSD
@@ -118,7 +118,8 @@ class UntangleResult(NamedTuple):
     - ``converged``: the exact detection finds no crossing pair in ``vertices``.
     - ``iterations``: phase-1 steps taken, over all attempts; ``fairing_steps``: fairing steps taken
       where an attempt's descent stalled (0: descent alone finished; the ``fairing_steps`` option);
-      ``global_moves``: global moves kept after fairing (the ``global_moves`` option);
+      ``global_moves``: global moves kept where descent stalled (a part moved clear, before
+      fairing; a region pushed back, after it; the ``global_moves`` option);
       ``relax_iterations``, ``relax_cg_iterations``: phase 2's Newton steps and their CG iterations.
     - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
