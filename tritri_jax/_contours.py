@@ -227,6 +227,12 @@ def _across_corners(f, pairs, corner_edge, end_keys, owners, is_dangling):
     return links, np.asarray(row_ends, np.int64)
 
 
+def face_areas(vertices, faces):
+    """Each face's area, ``(F,)``."""
+    tri = vertices[faces]
+    return 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
+
+
 def face_adjacency(faces):
     """Faces sharing an edge, as a symmetric ``(F, F)`` sparse matrix (a non-manifold edge links all
     its faces)."""
@@ -272,8 +278,7 @@ def curve_regions(vertices, faces, curve: IntersectionCurve, adjacency=None) -> 
     labels = np.where(cut, -1, labels)
     kept = np.unique(labels[~cut])
     labels = np.where(cut, -1, np.searchsorted(kept, labels))
-    tri = v[f]
-    area = 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
+    area = face_areas(v, f)
     areas = np.bincount(labels[~cut], weights=area[~cut], minlength=len(kept))
     cut_only = sp.diags(cut.astype(float))
     _, band_of = connected_components(cut_only @ adjacency @ cut_only, directed=False)

@@ -22,18 +22,13 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components, dijkstra
 
-from ._contours import curve_regions, face_adjacency, intersection_curves
+from ._contours import curve_regions, face_adjacency, face_areas, intersection_curves
 from ._detect import find_intersections
 
 # Each candidate costs one exact detection, which grows with the face count: per move, only the
 # longest curves and a bounded number of tries.
 _CURVES = 4
 _TRIES = 24
-
-
-def _areas(x, faces):
-    tri = x[faces]
-    return 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
 
 
 def _normal(x, faces, chosen):
@@ -112,7 +107,7 @@ def global_moves(x, faces, edges, remaining, unit: float, max_moves: int, *, ori
     moves = 0
     while moves < max_moves and len(remaining):
         y64 = x.astype(np.float64)
-        area = _areas(y64, faces)
+        area = face_areas(y64, faces)
         accepted, tried = False, 0
         for curve in intersection_curves(y64, faces, remaining)[:_CURVES]:
             if tried >= _TRIES:
