@@ -121,7 +121,10 @@ class UntangleResult(NamedTuple):
       ``global_moves``: global moves kept where descent stalled (a part moved clear, before
       fairing; a region pushed back, after it; the ``global_moves`` option);
       ``relax_iterations``, ``relax_cg_iterations``: phase 2's Newton steps and their CG iterations.
-    - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection).
+    - ``num_intersections``: crossing pairs left in ``vertices`` (exact detection). When it is not
+      0, [`intersection_curves`][tritri_jax.intersection_curves]``(result.vertices, faces)`` groups
+      them by intersection curve, longest first, with each curve's kind (what ``tritri-jax untangle
+      --picture`` colours curve by curve).
     - ``history``: ``(iterations,)`` crossing-pair counts (float predicate) at each step's start
       (for ``method="paper"``: the count after each kappa round); ``history_length``: the
       intersection curve's length $\\sum \\ell$ there (in the input's units), what phase 1 descends on.
