@@ -55,10 +55,16 @@ class Compiled:
 def _release_compiled_code():
     """Free JAX's compiled code once this process holds many memory mappings. One ``untangle``
     compile adds ~6,000 (XLA's CPU executables; ``jax.clear_caches`` returns them), Linux allows a
-    process 65,530 (``vm.max_map_count``), and past ~120 tests the suite aborted inside XLA."""
+    process 65,530 (``vm.max_map_count``), and past ~120 tests the suite aborted inside XLA.
+
+    The line is below the library's own budget (12,000, ``_memory.release_if_crowded``), so that a
+    test starts with room for two ``untangle`` compiles. At 30,000 the tests' own compiled kernels
+    kept the process above the library's budget, and the library then released its code at every
+    new shape or buffer size, inside a test, again and again: the operator tests took 16 minutes in
+    the suite and 4.7 alone. Code freed here comes back from the session's persistent cache."""
     yield
     mappings = memory_mappings()
-    if mappings is not None and mappings[0] > 30_000:
+    if mappings is not None and mappings[0] > 10_000:
         jax.clear_caches()
         gc.collect()
 
