@@ -33,6 +33,11 @@ _MAPPING_BUDGET = 12_000  # ... or past this many, whichever is lower: one call 
 
 
 _SEEN = set()  # the call shapes compiled since the last release: a repeat of one never releases
+_HELD = [0]  # how much compiled code the stages held at the last call (to notice ``jax.clear_caches``)
+
+
+def _held() -> int:
+    return sum(getattr(compiled, "_cache_size", lambda: 0)() for compiled in _RELEASABLE)
 
 
 def release_if_crowded(key=None):
@@ -47,7 +52,11 @@ def release_if_crowded(key=None):
 
     ``key``: the caller's shapes and static options. A key seen since the last release is a call
     whose code is compiled already: it never releases (else the second ``untangle`` of one mesh,
-    in a crowded process, would clear and compile again what the first one made)."""
+    in a crowded process, would clear and compile again what the first one made). Keys seen before
+    the stages' code was freed by someone else (``jax.clear_caches``) are forgotten."""
+    if _held() < _HELD[0]:  # freed elsewhere (``jax.clear_caches``): the keys seen have no code now
+        _SEEN.clear()
+    _HELD[0] = _held()
     if key is not None and key in _SEEN:
         return
     mappings = memory_mappings()
@@ -56,5 +65,6 @@ def release_if_crowded(key=None):
             compiled.clear_cache()
         gc.collect()
         _SEEN.clear()
+        _HELD[0] = 0
     if key is not None:
         _SEEN.add(key)
