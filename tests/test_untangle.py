@@ -179,15 +179,31 @@ def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkey
     assert compiled._cache_size() == 0
 
 
+def test_local_reach_auto_counts_the_faces_thinner_than_twice_the_reach():
+    """``uneven_share`` against a hand count: an equilateral triangle (half altitude 0.43), a right
+    triangle 1 x 0.2 (0.098) and a sliver (5e-5), at reaches 0.01, 0.2 and 0.5."""
+    from tritri_jax._relax import uneven_share
+
+    theta = np.array([[0, 0, 0], [1, 0, 0], [0.5, np.sqrt(0.75), 0], [2, 0, 0], [1.5, 1e-4, 0], [0, 0.2, 0.0]])
+    faces = np.array([[0, 1, 2], [1, 3, 4], [0, 5, 1]])
+    assert uneven_share(theta, faces, 0.01, 1.0) == pytest.approx(1 / 3)
+    assert uneven_share(theta, faces, 0.2, 1.0) == pytest.approx(2 / 3)
+    assert uneven_share(theta, faces, 0.5, 1.0) == 1.0
+    assert uneven_share(theta, np.zeros((0, 3), int), 0.1, 1.0) == 0.0
+    with pytest.raises(ValueError, match="local_reach"):
+        tt.untangle(theta, faces, local_reach="yes")
+
+
 def test_a_clean_uneven_mesh_comes_back_from_relax_unmoved_with_a_local_reach():
     """A clean graded torus (edges spanning 1000x: slivers beside a fine patch). With one barrier
-    reach for every face its slivers, closer than ``margin * h`` at rest, are pushed apart (the test
-    checks that this happens, so that the option is what prevents it); with ``local_reach`` each
-    face's reach is at most half its own altitude and relax finds nothing to do."""
+    reach for every face (``local_reach=False``) its slivers, closer than ``margin * h`` at rest, are
+    pushed apart (the test checks that this happens, so that the option is what prevents it); with
+    the default (``"auto"``: more than a tenth of its faces are thin, so each face's reach is at
+    most half its own altitude) relax finds nothing to do."""
     vertices, faces = tt.scenes.graded_torus(9, grading=1000.0)
-    pushed = tt.untangle(vertices, faces)
+    pushed = tt.untangle(vertices, faces, local_reach=False)
     assert int(pushed.relax_iterations) > 0 and float(pushed.worst_edge_ratio) < 0.9
-    result = tt.untangle(vertices, faces, local_reach=True)
+    result = tt.untangle(vertices, faces)
     assert bool(result.converged) and int(result.iterations) == 0
     assert int(result.relax_iterations) == 0 and bool(result.relax_converged)
     np.testing.assert_allclose(np.asarray(result.vertices), vertices, atol=1e-12)

@@ -166,6 +166,8 @@ def options_from(options: dict) -> UntangleOptions:
     settings = UntangleOptions(**options)
     if settings.method not in ("length", "paper"):
         raise ValueError(f"method must be 'length' or 'paper', got {settings.method!r}")
+    if settings.local_reach not in (True, False, "auto"):
+        raise ValueError(f"local_reach must be True, False or 'auto', got {settings.local_reach!r}")
     if settings.gradient_fallback not in GRADIENT_FALLBACKS:
         raise ValueError(f"gradient_fallback must be one of {GRADIENT_FALLBACKS}, got {settings.gradient_fallback!r}")
     return settings

@@ -31,6 +31,7 @@ plane, and its line search stalled there: docs/untangling.md). Each Newton step
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._barrier import barrier_blocks, barrier_energy, block_vector_product
 from ._elastic import elastic_energy, elastic_hessian
@@ -49,9 +50,10 @@ def barrier_reach(setup: RelaxSetup, theta, h):
     With one $\\hat d$ for all faces, a mesh whose edges span 1000x (slivers, fans) has faces that
     share no vertex closer than $\\hat d$ at rest, about a sliver's width apart: the barrier pushes
     the clean input apart (a graded torus: 41-50 Newton steps, worst edge ratio 0.35-0.39; with the
-    local reach none). It is not the default: on the ISIR meshes it changes only 0-2.4 % of the
-    faces, but phase 2 then took 29-50 Newton steps instead of 24-27 on three of them (the
-    figure-of-eight knot stopped short of stationary). The neighbour lists still search within
+    local reach none). ``untangle`` turns it on for meshes where it changes at least a tenth of the
+    faces (``uneven_share``): on the ISIR meshes it changes 0-2.4 % of them, and phase 2 then took
+    29-50 Newton steps instead of 24-27 on three (the figure-of-eight knot stopped short of
+    stationary). The neighbour lists still search within
     ``margin * h`` (a superset); a pair takes the geometric mean of its faces'
     (``_barrier.pair_reach``). Differentiable in the rest shape."""
     dhat = setup.margin * h
@@ -62,6 +64,23 @@ def barrier_reach(setup: RelaxSetup, theta, h):
     longest = jnp.maximum(jnp.maximum(safe_norm(b - a), safe_norm(c - b)), safe_norm(a - c))
     half_altitude = 0.5 * twice_area / jnp.maximum(longest, 1e-3 * h)
     return jnp.minimum(dhat, jnp.maximum(half_altitude, 1e-3 * dhat))
+
+
+UNEVEN_SHARE = 0.1  # ``untangle``'s ``local_reach="auto"``: on from this share of thin faces
+
+
+def uneven_share(theta: np.ndarray, faces: np.ndarray, margin: float, h: float) -> float:
+    """The share of ``faces`` (host arrays) whose half rest altitude is below the barrier's reach
+    ``margin * h`` (``h``: the mean edge length): those that ``barrier_reach`` gives a smaller
+    reach. 0-2.4 % on the ISIR meshes, 7 % on a trefoil tube, 13-17 % on crumpled sheets, 55 % on a
+    torus whose edges span 1000x."""
+    if len(faces) == 0:
+        return 0.0
+    a, b, c = (theta[faces[:, k]] for k in range(3))
+    twice_area = np.linalg.norm(np.cross(b - a, c - a), axis=1)
+    lengths = np.linalg.norm(np.stack([b - a, c - b, a - c]), axis=-1)
+    half_altitude = 0.5 * twice_area / np.maximum(lengths.max(axis=0), 1e-3 * h)
+    return float(np.mean(half_altitude < margin * h))
 
 
 def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):

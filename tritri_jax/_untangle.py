@@ -19,7 +19,7 @@ from ._multigrid import multigrid
 from ._neighbours import RelaxSetup, adjacent_face_pairs
 from ._paper_route import paper_route_jit
 from ._phase1 import Capacities, run_phase1
-from ._relax import adjoint_jit, close_count_jit, relax_jit
+from ._relax import UNEVEN_SHARE, adjoint_jit, close_count_jit, relax_jit, uneven_share
 from ._sizes import bucket, pad_relax, shape_bucket, slot_bucket
 from ._topology import solve_mesh
 from ._types import Array, Bool, Float, Int
@@ -54,6 +54,7 @@ class UntangleOptions(NamedTuple):
     ``bending`` and ``pull`` weights of the elastic energy; ``margin``: the barrier's reach $\\hat d$
     in ``h``; ``local_reach``: each face's reach at most half its smallest rest altitude (for meshes
     whose edge lengths span orders of magnitude, where one reach pushes slivers apart at rest);
+    ``"auto"`` (the default): on for a mesh where at least a tenth of the faces are that thin;
     ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
@@ -94,7 +95,7 @@ class UntangleOptions(NamedTuple):
     bending: float = 1.0
     pull: float = 1e-2
     margin: float = 0.1
-    local_reach: bool = False
+    local_reach: bool | str = "auto"
     barrier_weight: float = 1e-2
     relax_step: float = 0.25
     capacity: int | None = None
@@ -372,7 +373,7 @@ def _phase2(problem: _Problem, settings: UntangleOptions, *, pad: bool = True):
         bending=settings.bending,
         pull=settings.pull,
         margin=settings.margin,
-        local_reach=settings.local_reach,
+        local_reach=_local_reach(settings, problem),
         barrier_weight=settings.barrier_weight,
         max_step=settings.relax_step,
         pattern=elastic_pattern(edges, len(theta), dtype, width=width),
@@ -385,6 +386,15 @@ def _phase2(problem: _Problem, settings: UntangleOptions, *, pad: bool = True):
 def _pad_like(x, theta):
     """``x`` (phase 1's vertices) with ``theta``'s padding rows: there the pull to ``theta`` is zero."""
     return jnp.concatenate([jnp.asarray(x, theta.dtype), theta[x.shape[0] :]])
+
+
+def _local_reach(settings: UntangleOptions, problem: _Problem) -> bool:
+    """``settings.local_reach`` as phase 2 takes it: ``"auto"`` is on where at least ``UNEVEN_SHARE``
+    of the faces would get a smaller reach (``_relax.uneven_share``)."""
+    if settings.local_reach != "auto":
+        return bool(settings.local_reach)
+    share = uneven_share(np.asarray(problem.theta, np.float64), np.asarray(problem.faces), settings.margin, problem.h)
+    return share >= UNEVEN_SHARE
 
 
 def _relax_setup(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
