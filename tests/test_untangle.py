@@ -173,10 +173,20 @@ def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkey
     assert compiled._cache_size() >= 1
     monkeypatch.setattr(_memory, "_MAPPING_BUDGET", 0)  # as if the process were past its budget
     monkeypatch.setattr(_memory, "_SEEN", {"a call compiled already"})
+    monkeypatch.setattr(_memory, "_HELD", [0])
     _memory.release_if_crowded("a call compiled already")  # its code is there: kept
     assert compiled._cache_size() >= 1
     _memory.release_if_crowded()
     assert compiled._cache_size() == 0
+    # a key seen before its code was freed by someone else (jax.clear_caches) is forgotten
+    compiled(vertices, faces, capacity=1024)
+    monkeypatch.setattr(_memory, "_SEEN", {"a call compiled already", "another"})
+    monkeypatch.setattr(_memory, "_MAPPING_BUDGET", 10**9)
+    _memory.release_if_crowded("a call compiled already")  # the stages hold code: remembered
+    compiled.clear_cache()  # freed elsewhere
+    monkeypatch.setattr(_memory, "_MAPPING_BUDGET", 0)
+    _memory.release_if_crowded("a call compiled already")  # no code behind it now: a release
+    assert _memory._SEEN == {"a call compiled already"}
 
 
 def test_local_reach_auto_counts_the_faces_thinner_than_twice_the_reach():

@@ -54,9 +54,10 @@ def release_if_crowded(key=None):
     whose code is compiled already: it never releases (else the second ``untangle`` of one mesh,
     in a crowded process, would clear and compile again what the first one made). Keys seen before
     the stages' code was freed by someone else (``jax.clear_caches``) are forgotten."""
-    if _held() < _HELD[0]:  # freed elsewhere (``jax.clear_caches``): the keys seen have no code now
+    held = _held()
+    if held < _HELD[0]:  # freed elsewhere (``jax.clear_caches``): the keys seen have no code now
         _SEEN.clear()
-    _HELD[0] = _held()
+    _HELD[0] = held
     if key is not None and key in _SEEN:
         return
     mappings = memory_mappings()
