@@ -90,7 +90,7 @@ class UntangleOptions(NamedTuple):
     paper_kappa: float = 1.0
     relax: bool = True
     relax_iters: int = 30
-    relax_polish: int = 20
+    relax_polish: int = 120
     relax_cg_iters: int = 100
     bending: float = 1.0
     pull: float = 1e-2
