@@ -16,7 +16,8 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from tritri_jax._phase1 import run_phase1  # noqa: E402
-from tritri_jax._untangle import UntangleOptions, _normalise, _pad_like, _phase2, _run_relax  # noqa: E402
+from tritri_jax._phase2 import pad_like, phase2_setup, run_relax  # noqa: E402
+from tritri_jax._untangle import UntangleOptions, _normalise  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tests.meshes import load_obj_triangulated  # noqa: E402
@@ -39,14 +40,14 @@ def phase1_starts(name, settings: UntangleOptions, count: int):
 
 def relax_from(problem, settings: UntangleOptions, starts, setup=None):
     """``(steps, CG iterations, seconds, gradient norm)`` per start, after a discarded warm-up run
-    (compilation is not timed); ``setup``: a ``RelaxSetup`` of ``_phase2`` (default: ``untangle``'s)."""
-    theta, default = _phase2(problem, settings)
+    (compilation is not timed); ``setup``: a ``RelaxSetup`` of ``phase2_setup`` (default: ``untangle``'s)."""
+    theta, default = phase2_setup(problem, settings)
     setup = setup or default
-    _run_relax(theta, settings, _pad_like(starts[0], theta), setup)
+    run_relax(theta, settings, pad_like(starts[0], theta), setup)
     rows = []
     for x in starts:
         begin = time.perf_counter()
-        out, _, (steps, cg, _, gradient) = _run_relax(theta, settings, _pad_like(x, theta), setup)
+        out, _, (steps, cg, _, gradient) = run_relax(theta, settings, pad_like(x, theta), setup)
         jax.block_until_ready(out)
         rows.append((steps, cg, time.perf_counter() - begin, gradient))
     return np.array(rows)

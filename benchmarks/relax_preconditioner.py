@@ -18,7 +18,8 @@ from _relax_starts import MESHES, phase1_starts, relax_from, table_header, table
 
 from tritri_jax._elastic import laplacian_matrix
 from tritri_jax._multigrid import multigrid
-from tritri_jax._untangle import UntangleOptions, _phase2
+from tritri_jax._phase2 import phase2_setup
+from tritri_jax._untangle import UntangleOptions
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--starts", type=int, default=3)
@@ -38,7 +39,7 @@ ratios = []
 for name in args.only or MESHES:
     settings = UntangleOptions()
     problem, starts = phase1_starts(name, settings, args.starts)
-    theta, per_edge = _phase2(problem, settings)
+    theta, per_edge = phase2_setup(problem, settings)
     uniform = dataclasses.replace(
         per_edge,
         preconditioner=multigrid(

@@ -20,7 +20,8 @@ from tritri_jax._neighbours import (
     crossing_check,
     neighbours,
 )
-from tritri_jax._untangle import UntangleOptions, _normalise, _phase2, _relax_setup
+from tritri_jax._phase2 import phase2_setup, size_buffers
+from tritri_jax._untangle import UntangleOptions, _normalise
 
 
 def _two_sheets(n=8):
@@ -40,8 +41,8 @@ def _two_sheets(n=8):
 def sheets():
     vertices, faces = _two_sheets()
     problem = _normalise(vertices, faces, jnp.float64)
-    theta, setup = _phase2(problem, UntangleOptions(), pad=False)  # unpadded: compared with brute force
-    return problem, _relax_setup(theta, UntangleOptions(), theta, setup)
+    theta, setup = phase2_setup(problem, UntangleOptions(), pad=False)  # unpadded: compared with brute force
+    return problem, size_buffers(theta, UntangleOptions(), theta, setup)
 
 
 def _pair_set(rows, count):

@@ -218,17 +218,18 @@ def test_padded_relax_takes_the_unpadded_steps():
     """Phase 2 on a mesh as it is and padded to its bucket (vertices, faces, edges, adjacent pairs,
     the multigrid's levels, sparse widths): the same Newton steps to the same point (to round-off),
     the padding vertices unmoved, and the same implicit gradient."""
+    from tritri_jax._phase2 import pad_like, phase2_setup, run_relax
     from tritri_jax._relax import adjoint_jit
-    from tritri_jax._untangle import UntangleOptions, _pad_like, _phase2, _run_relax
+    from tritri_jax._untangle import UntangleOptions
 
     settings = UntangleOptions()
     problem, x1 = _relax_problem(np.float64)
     cotangent = jnp.asarray(np.random.default_rng(0).normal(size=x1.shape))
     runs = []
     for pad in (False, True):
-        theta, setup = _phase2(problem, settings, pad=pad)
-        x, setup, (steps, _, energy, _) = _run_relax(theta, settings, _pad_like(x1, theta), setup)
-        grad, residual = adjoint_jit(x, theta, setup, _pad_like(cotangent, jnp.zeros_like(theta)), cg_iters=500)
+        theta, setup = phase2_setup(problem, settings, pad=pad)
+        x, setup, (steps, _, energy, _) = run_relax(theta, settings, pad_like(x1, theta), setup)
+        grad, residual = adjoint_jit(x, theta, setup, pad_like(cotangent, jnp.zeros_like(theta)), cg_iters=500)
         assert float(residual) < 1e-10
         runs.append((np.asarray(x), steps, energy, np.asarray(grad), np.asarray(theta)))
     (x, steps, energy, grad, _), (px, psteps, penergy, pgrad, ptheta) = runs
@@ -248,8 +249,9 @@ def test_padded_relax_energy_gradient_and_hessian_equal_the_unpadded(dtype):
     from tritri_jax._elastic import elastic_hessian
     from tritri_jax._multigrid import v_cycle
     from tritri_jax._neighbours import neighbours
+    from tritri_jax._phase2 import pad_like, phase2_setup
     from tritri_jax._relax import relax_energy
-    from tritri_jax._untangle import UntangleOptions, _pad_like, _phase2
+    from tritri_jax._untangle import UntangleOptions
 
     @jax.jit
     def measure(x, theta, setup, v):
@@ -266,9 +268,9 @@ def test_padded_relax_energy_gradient_and_hessian_equal_the_unpadded(dtype):
     v = jnp.asarray(np.random.default_rng(1).normal(size=x1.shape), dtype)
     runs = []
     for pad in (False, True):
-        theta, setup = _phase2(problem, settings, pad=pad)
-        x = _pad_like(x1, theta)
-        runs.append(measure(x, theta, setup, _pad_like(v, jnp.zeros_like(theta))))  # default buffers: ample here
+        theta, setup = phase2_setup(problem, settings, pad=pad)
+        x = pad_like(x1, theta)
+        runs.append(measure(x, theta, setup, pad_like(v, jnp.zeros_like(theta))))  # default buffers: ample here
     (energy, gradient, product, cycle, close), (penergy, pgradient, pproduct, pcycle, pclose) = runs
     n, rtol = len(x1), (1e-10 if dtype == np.float64 else 2e-4)
     assert int(close) == int(pclose) > 0

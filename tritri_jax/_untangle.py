@@ -1,10 +1,9 @@
 """Layer 5: the solver behind ``untangle`` (host-side, on concrete arrays): phase 1 (``_phase1``),
-phase 2 (``_relax``), both certified by the exact detection, and the VJP of its result (implicit at
+phase 2 (``_phase2``, ``_relax``), both certified by the exact detection, and the VJP of its result (implicit at
 phase 2's stationary point); ``method="paper"`` runs the paper's route (``_paper_route``) instead of
 phase 1. ``_operator`` makes it a JAX operator."""
 
 import dataclasses
-import functools
 import time
 from typing import NamedTuple
 
@@ -13,14 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._detect import find_intersections
-from ._elastic import elastic_pattern, stiffness_matrix, unique_edges
+from ._elastic import unique_edges
 from ._memory import release_if_crowded
-from ._multigrid import multigrid
-from ._neighbours import RelaxSetup, adjacent_face_pairs
 from ._paper_route import paper_route_jit
 from ._phase1 import Capacities, run_phase1
-from ._relax import UNEVEN_SHARE, adjoint_jit, close_count_jit, relax_jit, uneven_share
-from ._sizes import bucket, pad_relax, shape_bucket, slot_bucket
+from ._phase2 import STATIONARY, pad_like, phase2_setup, run_relax, size_buffers
+from ._relax import adjoint_jit
+from ._sizes import shape_bucket
 from ._topology import solve_mesh
 from ._types import Array, Bool, Float, Int
 
@@ -179,8 +177,6 @@ class UntangleResult(NamedTuple):
 _STATIC_OPTIONS = ("max_steps", "patience", "method", "paper_rounds", "relax", "relax_iters")
 _STATIC_OPTIONS += ("relax_polish", "relax_cg_iters", "capacity", "local_reach")
 
-_STATIONARY = 1e-6  # max-norm of phase 2's (dimensionless) gradient accepted as a stationary point
-
 
 @dataclasses.dataclass(eq=False)
 class Sizes:
@@ -243,12 +239,12 @@ class Vjp:
         if failed or (self.status != IMPLICIT and fallback == "zero"):
             return np.zeros_like(cotangent), failed
         if self.prepared is None:
-            theta, setup = _phase2(self.problem, self.settings)
-            padded = _pad_like(self.x, theta)
-            self.prepared = theta, _relax_setup(theta, self.settings, padded, setup), padded
+            theta, setup = phase2_setup(self.problem, self.settings)
+            padded = pad_like(self.x, theta)
+            self.prepared = theta, size_buffers(theta, self.settings, padded, setup), padded
         theta, setup, padded = self.prepared
         diagonal = self.problem.diagonal
-        scaled = _pad_like(jnp.asarray(cotangent, theta.dtype) * diagonal, jnp.zeros_like(theta))
+        scaled = pad_like(jnp.asarray(cotangent, theta.dtype) * diagonal, jnp.zeros_like(theta))
         gradient, residual = adjoint_jit(padded, theta, setup, scaled, cg_iters=_ADJOINT_ITERS)
         if not float(residual) <= _ADJOINT_RESIDUAL and fallback != "approximate":
             return np.zeros_like(cotangent), 3
@@ -348,105 +344,6 @@ def _normalise(v64, f_np, dtype):
     return _Problem(jnp.asarray(scaled, dtype), jnp.asarray(f_np, jnp.int32), edges, edges_np, h, centre, diagonal)
 
 
-def _phase2(problem: _Problem, settings: UntangleOptions, *, pad: bool = True):
-    """Phase 2's rest shape and its ``RelaxSetup`` (buffers not yet sized: ``_relax_setup``).
-
-    ``pad``: on the mesh padded to its shape bucket (``_sizes.pad_relax``: vertices, faces, edges,
-    adjacent face pairs; the multigrid's levels and every sparse row width too), so that the meshes
-    of one bucket share phase 2's compiled code and persistent-cache entries; the returned rest
-    shape then has the padding rows, and so must every point given to phase 2 (``_pad_like``)."""
-    theta, faces, edges = np.asarray(problem.theta), np.asarray(problem.faces), problem.edges_np
-    adjacent, counts, width = adjacent_face_pairs(faces), {}, None
-    if pad:
-        theta, faces, edges, adjacent = pad_relax(theta, faces, edges, adjacent)
-        counts = dict(num_faces=jnp.int32(problem.faces.shape[0]), num_edges=jnp.int32(len(problem.edges_np)))
-        width = slot_bucket
-    num_faces, dtype = len(faces), problem.theta.dtype
-    stiffness = stiffness_matrix(problem.theta, problem.edges_np, bending=settings.bending, pull=settings.pull)
-    setup = RelaxSetup(
-        faces=jnp.asarray(faces),
-        edges=jnp.asarray(edges),
-        adjacent=jnp.asarray(adjacent),
-        capacity=bucket(64 * num_faces),  # sized by ``_relax_setup`` (the pretzel: 10 per face at 0.25 h)
-        active_capacity=bucket(num_faces // 8),
-        survivor_capacity=bucket(4 * num_faces),
-        bending=settings.bending,
-        pull=settings.pull,
-        margin=settings.margin,
-        local_reach=_local_reach(settings, problem),
-        barrier_weight=settings.barrier_weight,
-        max_step=settings.relax_step,
-        pattern=elastic_pattern(edges, len(theta), dtype, width=width),
-        preconditioner=multigrid(stiffness, dtype=dtype, padded_rows=len(theta) if pad else None),
-        **counts,
-    )
-    return jnp.asarray(theta, dtype), setup
-
-
-def _pad_like(x, theta):
-    """``x`` (phase 1's vertices) with ``theta``'s padding rows: there the pull to ``theta`` is zero."""
-    return jnp.concatenate([jnp.asarray(x, theta.dtype), theta[x.shape[0] :]])
-
-
-def _local_reach(settings: UntangleOptions, problem: _Problem) -> bool:
-    """``settings.local_reach`` as phase 2 takes it: ``"auto"`` is on where at least ``UNEVEN_SHARE``
-    of the faces would get a smaller reach (``_relax.uneven_share``)."""
-    if settings.local_reach != "auto":
-        return bool(settings.local_reach)
-    share = uneven_share(np.asarray(problem.theta, np.float64), np.asarray(problem.faces), settings.margin, problem.h)
-    return share >= UNEVEN_SHARE
-
-
-def _relax_setup(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
-    """Size phase 2's buffers from the neighbours at ``x1`` (growing until nothing overflows there,
-    with room for the neighbours to grow by half, the close pairs to quadruple and the crossing
-    check's survivors to double: measured on the cinquefoil knot, a list 96 % full at ``x1``
-    overflowed two Newton steps later, and the run had to be resized, recompiled and resumed)."""
-    while True:
-        close, survivors, count, overflowed = close_count_jit(x1, theta, setup)
-        if bool(overflowed):
-            setup = dataclasses.replace(setup, capacity=max(2 * setup.capacity, bucket(3 * int(count) // 2 + 1)))
-            continue
-        if 3 * int(count) > 2 * setup.capacity:
-            setup = dataclasses.replace(setup, capacity=bucket(3 * int(count) // 2 + 1))
-        if 4 * int(close) > setup.active_capacity:
-            setup = dataclasses.replace(setup, active_capacity=bucket(4 * int(close)))
-        if 2 * int(survivors) > setup.survivor_capacity:  # a full one rejects every trial point
-            setup = dataclasses.replace(setup, survivor_capacity=bucket(2 * int(survivors)))
-        return setup
-
-
-def _run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup, floor=None):
-    """Phase 2 from ``x1`` (both stages of ``relax``) on the rest shape ``theta`` with ``setup``
-    (``_phase2``; sized again at ``x1``, its capacities at least ``floor``), resumed (with larger
-    buffers where one was full) if it stalled short of a stationary point or stopped on a full
-    buffer, at most 4 runs.
-
-    Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
-    if floor is not None:
-        capacity, active, survivors = map(max, floor, _capacities(setup))
-        setup = dataclasses.replace(setup, capacity=capacity, active_capacity=active, survivor_capacity=survivors)
-    setup = _relax_setup(theta, settings, x1, setup)
-    x, steps, cg_total = x1, 0, 0
-    run = functools.partial(relax_jit, theta=theta, cg_iters=settings.relax_cg_iters, tol=_STATIONARY / 2)
-    for _ in range(4):
-        result = run(x, setup=setup, iters=settings.relax_iters, polish=settings.relax_polish)
-        x = result.x
-        steps += int(result.iterations)
-        cg_total += int(result.cg_iterations)
-        finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
-        stalled = bool(result.stalled)
-        if finite and (float(result.gradient_norm) < _STATIONARY or not stalled):
-            break
-        # the same size after a stall: a plain retry, the step cap and the operator reset
-        setup = _relax_setup(theta, settings, x, setup)
-    return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
-
-
-def _capacities(setup: RelaxSetup):
-    return setup.capacity, setup.active_capacity, setup.survivor_capacity
-
-
 def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None = None):
     static = tuple(getattr(settings, name) for name in _STATIC_OPTIONS)
     buckets = (shape_bucket(len(v_np)), shape_bucket(len(f_np)))
@@ -459,8 +356,8 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
         x1, remaining, steps, fairing, moves = problem.theta, np.zeros((0, 2), np.int32), 0, 0, 0
         history = (np.zeros(0, np.int32), np.zeros(0))
     elif settings.method == "paper":
-        theta, setup = _phase2(problem, settings, pad=False)
-        setup = _relax_setup(theta, settings, theta, setup)
+        theta, setup = phase2_setup(problem, settings, pad=False)
+        setup = size_buffers(theta, settings, theta, setup)
         capacities = Capacities.for_faces(len(f_np), settings.capacity)
         x1, rounds, newton_steps, _ = paper_route_jit(
             problem.theta,
@@ -483,18 +380,18 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
     final, prepared = x1, None
     relax_stats = (0, 0, float("nan"), float("nan"))
     if settings.relax and len(remaining) == 0 and len(f_np) > 1:
-        theta, setup = _phase2(problem, settings)
+        theta, setup = phase2_setup(problem, settings)
         release_if_crowded(("relax", _shapes(theta, setup), static))
         floor = sizes.relax if sizes else None
-        padded, setup, relax_stats = _run_relax(theta, settings, _pad_like(x1, theta), setup, floor)
+        padded, setup, relax_stats = run_relax(theta, settings, pad_like(x1, theta), setup, floor)
         if sizes:
-            sizes.relax = _capacities(setup)
+            sizes.relax = capacities(setup)
         relaxed = padded[: x1.shape[0]]
         if progress:
             progress("relax", relax_stats[0], relax_stats[0])
         if len(find_intersections(relaxed, problem.faces)) == 0:
             final, prepared = relaxed, (theta, setup, padded)
-            status = IMPLICIT if relax_stats[3] < _STATIONARY else APPROXIMATE
+            status = IMPLICIT if relax_stats[3] < STATIONARY else APPROXIMATE
     vjp = Vjp(problem if len(f_np) > 1 else None, settings, final, status, relax_stats[3], prepared)
 
     out = np.asarray(final, np.float64) * problem.diagonal + problem.centre
@@ -523,7 +420,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
         relax_cg_iterations=jnp.int32(relax_stats[1]),
         relax_energy=jnp.asarray(relax_stats[2]),
         relax_gradient_norm=jnp.asarray(relax_stats[3]),
-        relax_converged=jnp.bool_(relax_stats[3] < _STATIONARY),
+        relax_converged=jnp.bool_(relax_stats[3] < STATIONARY),
         seconds=time.perf_counter() - start,
         options=settings,
     )
