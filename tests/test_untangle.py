@@ -189,6 +189,28 @@ def test_compiled_code_is_released_when_the_process_nears_the_mapping_cap(monkey
     assert _memory._SEEN == {"a call compiled already"}
 
 
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("max_steps", 0, "max_steps must be an integer >= 1"),
+        ("relax_polish", -1, "relax_polish must be an integer >= 0"),
+        ("fairing_steps", 2.5, "fairing_steps must be an integer"),
+        ("global_moves", True, "global_moves must be an integer"),
+        ("step_fraction", 0.0, "step_fraction must be finite and > 0"),
+        ("margin", float("nan"), "margin must be finite"),
+        ("pull", -1e-3, "pull must be finite and >= 0"),
+        ("smoothing", "80", "smoothing must be a number"),
+        ("capacity", 0, "capacity must be None or a positive integer"),
+    ],
+)
+def test_options_out_of_range_are_named_before_anything_runs(option, value, message):
+    vertices, faces = tt.scenes.two_spheres(2)
+    with pytest.raises(ValueError, match=message):
+        tt.untangle(vertices, faces, **{option: value})
+    with pytest.raises(ValueError, match=message):
+        tt.Untangler(faces, **{option: value})
+
+
 def test_local_reach_auto_counts_the_faces_thinner_than_twice_the_reach():
     """``uneven_share`` against a hand count: an equilateral triangle (half altitude 0.43), a right
     triangle 1 x 0.2 (0.098) and a sliver (5e-5), at reaches 0.01, 0.2 and 0.5."""

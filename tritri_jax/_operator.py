@@ -158,12 +158,31 @@ class _Recent:
 _RECENT = _Recent()
 
 
+# the least value of each count and whether each real must be positive (else non-negative)
+_COUNTS = dict(max_steps=1, patience=1, cg_iters=1, relax_cg_iters=1, restarts=0, paper_rounds=0)
+_COUNTS.update(relax_iters=0, relax_polish=0, fairing_steps=0, global_moves=0)
+_REALS = dict(smoothing=True, step_fraction=True, margin=True, barrier_weight=True, relax_step=True)
+_REALS.update(paper_kappa=True, min_smoothing=False, resolution=False, bending=False, pull=False)
+
+
 def options_from(options: dict) -> UntangleOptions:
     """``UntangleOptions`` from ``untangle``'s keyword arguments, checked."""
     unknown = set(options) - set(UntangleOptions._fields)
     if unknown:
         raise ValueError(f"untangle: unknown option(s) {sorted(unknown)}; see tritri_jax.UntangleOptions")
     settings = UntangleOptions(**options)
+    for name, low in _COUNTS.items():
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    for name, strict in _REALS.items():
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if not np.isfinite(value) or value < 0 or (strict and value == 0):
+            raise ValueError(f"{name} must be finite and {'> 0' if strict else '>= 0'}, got {value!r}")
+    if settings.capacity is not None and (isinstance(settings.capacity, bool) or int(settings.capacity) < 1):
+        raise ValueError(f"capacity must be None or a positive integer, got {settings.capacity!r}")
     if settings.method not in ("length", "paper"):
         raise ValueError(f"method must be 'length' or 'paper', got {settings.method!r}")
     if settings.local_reach not in (True, False, "auto"):

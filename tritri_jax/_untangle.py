@@ -64,6 +64,9 @@ class UntangleOptions(NamedTuple):
     did not converge; still an error where nothing is certified); ``"zero"``: a zero gradient, as
     ``jax.lax.stop_gradient``.
 
+    ``untangle`` and ``Untangler`` reject counts and weights out of range (a negative count, a zero
+    step) with a ``ValueError`` naming the option, before anything runs.
+
     ```python
     >>> import tritri_jax as tt
     >>> options = tt.UntangleOptions(step_fraction=0.1, relax=False)  # defaults for the rest
