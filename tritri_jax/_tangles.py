@@ -8,6 +8,8 @@ runs across, forms nested loops or a figure eight), generated here, not copied.
 
 import numpy as np
 
+from .scenes import join_meshes as _join
+
 
 def _sheet(n, size=1.0, height=0.0):
     """A square ``[-size, size]^2`` grid at ``z = height`` with ``n x n`` vertices."""
@@ -15,13 +17,6 @@ def _sheet(n, size=1.0, height=0.0):
 
     s, t = np.meshgrid(np.linspace(-size, size, n), np.linspace(-size, size, n), indexing="ij")
     return np.stack([s, t, np.full_like(s, height)], -1).reshape(-1, 3), _grid_faces(n, n)
-
-
-def _join(*parts):
-    offsets = np.cumsum([0] + [len(v) for v, _ in parts[:-1]])
-    vertices = np.concatenate([v for v, _ in parts])
-    faces = np.concatenate([f + o for (_, f), o in zip(parts, offsets, strict=True)])
-    return vertices.astype(np.float64), faces.astype(np.int32)
 
 
 def _bump(points, centre, width):

@@ -38,6 +38,24 @@ def _grid_faces(rows, cols, wrap_cols=False, wrap_rows=False):
     return np.concatenate([np.stack([a, b, d], 1), np.stack([a, d, c], 1)]).astype(np.int32)
 
 
+def join_meshes(*parts):
+    """Several meshes as one: ``parts`` are ``(vertices, faces)`` pairs; their vertices are stacked
+    (float64) and each part's faces renumbered after the parts before it (int32).
+
+    ```python
+    >>> from tritri_jax import scenes
+    >>> vertices, faces = scenes.join_meshes(scenes.sphere(4), scenes.torus(4))
+    >>> vertices.shape, faces.shape, int(faces.max()) + 1 == len(vertices)
+    ((74, 3), (144, 3), True)
+
+    ```
+    """
+    offsets = np.cumsum([0] + [len(v) for v, _ in parts[:-1]])
+    vertices = np.concatenate([np.asarray(v, np.float64).reshape(-1, 3) for v, _ in parts])
+    faces = np.concatenate([np.asarray(f).reshape(-1, 3) + o for (_, f), o in zip(parts, offsets, strict=True)])
+    return vertices, faces.astype(np.int32)
+
+
 def sphere(n: int = 16, radius: float = 1.0, centre=(0.0, 0.0, 0.0)):
     """A UV sphere with ``n`` latitude bands and ``2n`` longitudes: a closed mesh free of intersections.
 
@@ -77,7 +95,7 @@ def two_spheres(n: int = 16, overlap: float = 0.5):
     """
     va, fa = sphere(n, centre=(-(1 - overlap / 2), 0, 0))
     vb, fb = sphere(n, centre=(1 - overlap / 2, 0.05, 0.03))
-    return np.concatenate([va, vb]), np.concatenate([fa, fb + len(va)]).astype(np.int32)
+    return join_meshes((va, fa), (vb, fb))
 
 
 def folded_sheet(n: int = 24, wrap: float = 1.2):
@@ -280,7 +298,7 @@ def overlapping_copies(vertices, faces, depth: float = 0.3, seed: int = 0):
     direction /= np.linalg.norm(direction)
     extent = 0.5 * (np.ptp(centred @ direction) + np.ptp(turned @ direction))
     moved = turned + (1 - depth) * extent * direction
-    return np.concatenate([centred, moved]), np.concatenate([faces, faces + len(vertices)]).astype(np.int32)
+    return join_meshes((centred, faces), (moved, faces))
 
 
 def subdivide(vertices, faces, times: int = 1):
@@ -388,8 +406,7 @@ def scatter_copies(vertices, faces, count: int = 4, spread: float = 1.2, seed: i
     centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
     extent = np.ptp(centred, axis=0).max()
     parts = [centred @ _rotation(rng).T + rng.uniform(-0.5, 0.5, 3) * spread * extent for _ in range(count)]
-    all_faces = [faces + k * len(vertices) for k in range(count)]
-    return np.concatenate(parts), np.concatenate(all_faces).astype(np.int32)
+    return join_meshes(*[(part, faces) for part in parts])
 
 
 def klein_bottle(n: int = 16, hole: float = 0.0, radius: float = 2.0):
