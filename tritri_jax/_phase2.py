@@ -99,7 +99,7 @@ def run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup, floor=Non
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
     if floor is not None:
-        capacity, active, survivors = map(max, floor, capacities(setup))
+        capacity, active, survivors = map(max, floor, relax_capacities(setup))
         setup = dataclasses.replace(setup, capacity=capacity, active_capacity=active, survivor_capacity=survivors)
     setup = size_buffers(theta, settings, x1, setup)
     x, steps, cg_total = x1, 0, 0
@@ -118,5 +118,5 @@ def run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup, floor=Non
     return x, setup, (steps, cg_total, float(result.energy), float(result.gradient_norm))
 
 
-def capacities(setup: RelaxSetup):
+def relax_capacities(setup: RelaxSetup):
     return setup.capacity, setup.active_capacity, setup.survivor_capacity

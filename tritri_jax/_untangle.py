@@ -16,7 +16,7 @@ from ._elastic import unique_edges
 from ._memory import release_if_crowded
 from ._paper_route import paper_route_jit
 from ._phase1 import Capacities, run_phase1
-from ._phase2 import STATIONARY, pad_like, phase2_setup, run_relax, size_buffers
+from ._phase2 import STATIONARY, pad_like, phase2_setup, relax_capacities, run_relax, size_buffers
 from ._relax import adjoint_jit
 from ._sizes import shape_bucket
 from ._topology import solve_mesh
@@ -388,7 +388,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
         floor = sizes.relax if sizes else None
         padded, setup, relax_stats = run_relax(theta, settings, pad_like(x1, theta), setup, floor)
         if sizes:
-            sizes.relax = capacities(setup)
+            sizes.relax = relax_capacities(setup)
         relaxed = padded[: x1.shape[0]]
         if progress:
             progress("relax", relax_stats[0], relax_stats[0])
