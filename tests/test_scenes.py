@@ -28,6 +28,16 @@ def test_clean_bases_are_closed_and_intersection_free(make):
     assert len(libigl_pairs(vertices, faces)) == 0
 
 
+def test_join_meshes_stacks_and_renumbers():
+    sphere, torus = scenes.sphere(4), scenes.torus(4)
+    vertices, faces = scenes.join_meshes(sphere, torus, (np.zeros((0, 3)), np.zeros((0, 3), int)))
+    assert np.array_equal(vertices, np.concatenate([sphere[0], torus[0]]))
+    assert np.array_equal(faces, np.concatenate([sphere[1], torus[1] + len(sphere[0])]))
+    assert faces.dtype == np.int32
+    empty_v, empty_f = scenes.join_meshes()
+    assert empty_v.shape == (0, 3) and empty_f.shape == (0, 3) and empty_f.dtype == np.int32
+
+
 def test_graded_torus_spans_its_grading():
     vertices, faces = scenes.graded_torus(12, grading=1000.0)
     edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])

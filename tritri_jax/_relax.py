@@ -59,11 +59,16 @@ def barrier_reach(setup: RelaxSetup, theta, h):
     dhat = setup.margin * h
     if not setup.local_reach:
         return dhat
-    a, b, c = (theta[setup.faces[:, k]] for k in range(3))
+    return jnp.minimum(dhat, jnp.maximum(half_altitudes(theta, setup.faces, h), 1e-3 * dhat))
+
+
+def half_altitudes(theta, faces, h):
+    """Half of each face's smallest altitude, its area over its longest edge (``(F,)``); an edge
+    shorter than ``1e-3 * h`` counts as that long, so a collapsed face gets zero, not NaN."""
+    a, b, c = (theta[faces[:, k]] for k in range(3))
     twice_area = safe_norm(jnp.cross(b - a, c - a))
     longest = jnp.maximum(jnp.maximum(safe_norm(b - a), safe_norm(c - b)), safe_norm(a - c))
-    half_altitude = 0.5 * twice_area / jnp.maximum(longest, 1e-3 * h)
-    return jnp.minimum(dhat, jnp.maximum(half_altitude, 1e-3 * dhat))
+    return 0.5 * twice_area / jnp.maximum(longest, 1e-3 * h)
 
 
 UNEVEN_SHARE = 0.1  # ``untangle``'s ``local_reach="auto"``: on from this share of thin faces
@@ -76,11 +81,7 @@ def uneven_share(theta: np.ndarray, faces: np.ndarray, margin: float, h: float) 
     torus whose edges span 1000x."""
     if len(faces) == 0:
         return 0.0
-    a, b, c = (theta[faces[:, k]] for k in range(3))
-    twice_area = np.linalg.norm(np.cross(b - a, c - a), axis=1)
-    lengths = np.linalg.norm(np.stack([b - a, c - b, a - c]), axis=-1)
-    half_altitude = 0.5 * twice_area / np.maximum(lengths.max(axis=0), 1e-3 * h)
-    return float(np.mean(half_altitude < margin * h))
+    return float(np.mean(np.asarray(half_altitudes(jnp.asarray(theta), jnp.asarray(faces), h)) < margin * h))
 
 
 def relax_energy(x, theta, setup: RelaxSetup, near: Neighbours):

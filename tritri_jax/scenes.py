@@ -40,7 +40,8 @@ def _grid_faces(rows, cols, wrap_cols=False, wrap_rows=False):
 
 def join_meshes(*parts):
     """Several meshes as one: ``parts`` are ``(vertices, faces)`` pairs; their vertices are stacked
-    (float64) and each part's faces renumbered after the parts before it (int32).
+    (float64) and each part's faces renumbered after the parts before it (int32). No parts give the
+    empty mesh.
 
     ```python
     >>> from tritri_jax import scenes
@@ -50,6 +51,8 @@ def join_meshes(*parts):
 
     ```
     """
+    if not parts:
+        return np.zeros((0, 3)), np.zeros((0, 3), np.int32)
     offsets = np.cumsum([0] + [len(v) for v, _ in parts[:-1]])
     vertices = np.concatenate([np.asarray(v, np.float64).reshape(-1, 3) for v, _ in parts])
     faces = np.concatenate([np.asarray(f).reshape(-1, 3) + o for (_, f), o in zip(parts, offsets, strict=True)])
