@@ -73,6 +73,28 @@ def test_pattern_rows_hold_the_two_ring(deformed):
     assert np.all(cols[edges[:, 1], slots[:, 1]] == edges[:, 0])
 
 
+def test_pattern_past_int32_keys():
+    """Past 46,341 vertices a row-major key ``i * n + j`` leaves int32: a triangle and a fan at the
+    end of 60,000 vertices (the rest in no edge) must find their slots, and $L^2$'s entries with them."""
+    n = 60_000
+    tip = n - 5
+    edges = np.array([[n - 3, n - 2], [n - 2, n - 1], [n - 3, n - 1], [tip, n - 1], [tip, n - 4]], np.int32)
+    pattern = elastic_pattern(edges, n)
+    cols, values = np.asarray(pattern.cols), np.asarray(pattern.laplacian_sq)
+    slots = np.asarray(pattern.edge_slots)
+    assert np.all(cols[edges[:, 0], slots[:, 0]] == edges[:, 1])
+    assert np.all(cols[edges[:, 1], slots[:, 1]] == edges[:, 0])
+    lap = np.zeros((6, 6))  # the Laplacian on the last six vertices, by hand
+    for i, j in edges - (n - 6):
+        lap[[i, j], [j, i]] -= 1
+        lap[[i, j], [i, j]] += 1
+    for row in range(n - 6, n):
+        got = np.zeros(6)
+        np.add.at(got, cols[row] - (n - 6), values[row])
+        np.testing.assert_allclose(got, (lap @ lap)[row - (n - 6)])
+    assert np.all(values[: n - 6] == 0)
+
+
 @pytest.mark.parametrize("bending, pull", [(1.0, 1e-2), (0.3, 0.5)])
 def test_stiffness_matrix_is_the_rest_hessian_averaged_over_directions(bending, pull):
     """At the rest shape the Gauss-Newton Hessian's 3 x 3 block of each vertex pair, averaged over

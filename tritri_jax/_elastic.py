@@ -180,7 +180,8 @@ def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> 
     slot = np.arange(structure.nnz) - np.repeat(structure.indptr[:-1], counts)
     keys = rows * n + structure.indices  # ascending: rows in order, sorted columns within each
 
-    def slot_of(i, j):
+    def slot_of(i, j):  # in int64: past 46,341 vertices, i * n leaves int32 (SciPy's indices are int32)
+        i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
         return (np.searchsorted(keys, i * n + j) - structure.indptr[i]).astype(np.int32)
 
     cols = np.tile(np.arange(n)[:, None], (1, width))
