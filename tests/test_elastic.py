@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import tritri_jax as tt
 from tritri_jax._elastic import (
@@ -63,36 +64,72 @@ def test_wide_patterns_take_the_gathered_product(deformed, monkeypatch):
     np.testing.assert_allclose(np.asarray(by_slot), np.asarray(gathered), rtol=1e-12, atol=1e-12)
 
 
-def test_pattern_rows_hold_the_two_ring(deformed):
-    vertices, _, edges, _ = deformed
+def entry_rows(pattern):
+    num_vertices, width = pattern.cols.shape
+    return np.concatenate([np.repeat(np.arange(num_vertices), width), np.asarray(pattern.extra_rows)])
+
+
+@pytest.mark.parametrize("mesh", ["two_spheres", "sphere_with_poles"])
+def test_pattern_rows_hold_the_two_ring(deformed, mesh):
+    """Every row holds its two-ring (each vertex once) and its own entry; edges find both of theirs.
+    A UV sphere's poles (valence 64) overflow the slots of the other rows."""
+    if mesh == "two_spheres":
+        vertices, _, edges, _ = deformed
+    else:
+        vertices, faces = tt.scenes.sphere(32)
+        edges = unique_edges(faces)
     pattern = elastic_pattern(edges, len(vertices))
-    cols = np.asarray(pattern.cols)
-    assert np.all(cols[np.arange(len(vertices)), np.asarray(pattern.diagonal)] == np.arange(len(vertices)))
+    assert (pattern.extra_rows.shape[0] > 0) == (mesh == "sphere_with_poles")
+    cols, rows = np.asarray(pattern.entry_cols()), entry_rows(pattern)
+    assert np.all(cols[np.asarray(pattern.diagonal)] == np.arange(len(vertices)))
+    assert np.all(rows[np.asarray(pattern.diagonal)] == np.arange(len(vertices)))
     slots = np.asarray(pattern.edge_slots)
-    assert np.all(cols[edges[:, 0], slots[:, 0]] == edges[:, 1])
-    assert np.all(cols[edges[:, 1], slots[:, 1]] == edges[:, 0])
+    assert np.all((rows[slots[:, 0]] == edges[:, 0]) & (cols[slots[:, 0]] == edges[:, 1]))
+    assert np.all((rows[slots[:, 1]] == edges[:, 1]) & (cols[slots[:, 1]] == edges[:, 0]))
+    lap = sp.csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(vertices),) * 2)
+    ring = ((lap + lap.T + sp.identity(len(vertices))) @ (lap + lap.T + sp.identity(len(vertices)))).tocoo()
+    values = np.asarray(pattern.laplacian_sq)
+    live = (values != 0) | (cols != rows)  # padding entries: a row's own column, or row 0 column 0, zero
+    live[np.asarray(pattern.diagonal)] = True
+    assert sorted(zip(rows[live], cols[live], strict=True)) == sorted(zip(ring.row, ring.col, strict=True))
+
+
+def test_an_overflowing_pattern_gives_the_same_hessian():
+    """The elastic Hessian on a UV sphere's pattern with and without the overflow (all slots)."""
+    vertices, faces = tt.scenes.sphere(32)
+    edges = unique_edges(faces)
+    rng = np.random.default_rng(1)
+    theta = jnp.asarray(vertices)
+    x, v = jnp.asarray(vertices + 0.03 * rng.normal(size=vertices.shape)), jnp.asarray(rng.normal(size=vertices.shape))
+    rest = rest_shape(theta, edges)
+    split = elastic_pattern(edges, len(vertices))
+    whole = elastic_pattern(edges, len(vertices), width=lambda k: 200)
+    assert split.cols.shape[1] < 40 and split.extra_rows.shape[0] > 0 and whole.extra_rows.shape[0] == 0
+    for exact in (False, True):
+        got = elastic_hessian(x, rest, split, exact=exact)(v)
+        expected = elastic_hessian(x, rest, whole, exact=exact)(v)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-12, atol=1e-9)
 
 
 def test_pattern_past_int32_keys():
     """Past 46,341 vertices a row-major key ``i * n + j`` leaves int32: a triangle and a fan at the
-    end of 60,000 vertices (the rest in no edge) must find their slots, and $L^2$'s entries with them."""
+    end of 60,000 vertices (the rest in no edge) must find their entries, and $L^2$'s with them."""
     n = 60_000
     tip = n - 5
     edges = np.array([[n - 3, n - 2], [n - 2, n - 1], [n - 3, n - 1], [tip, n - 1], [tip, n - 4]], np.int32)
     pattern = elastic_pattern(edges, n)
-    cols, values = np.asarray(pattern.cols), np.asarray(pattern.laplacian_sq)
+    cols, rows, values = np.asarray(pattern.entry_cols()), entry_rows(pattern), np.asarray(pattern.laplacian_sq)
     slots = np.asarray(pattern.edge_slots)
-    assert np.all(cols[edges[:, 0], slots[:, 0]] == edges[:, 1])
-    assert np.all(cols[edges[:, 1], slots[:, 1]] == edges[:, 0])
+    assert np.all((rows[slots[:, 0]] == edges[:, 0]) & (cols[slots[:, 0]] == edges[:, 1]))
     lap = np.zeros((6, 6))  # the Laplacian on the last six vertices, by hand
     for i, j in edges - (n - 6):
         lap[[i, j], [j, i]] -= 1
         lap[[i, j], [i, j]] += 1
-    for row in range(n - 6, n):
-        got = np.zeros(6)
-        np.add.at(got, cols[row] - (n - 6), values[row])
-        np.testing.assert_allclose(got, (lap @ lap)[row - (n - 6)])
-    assert np.all(values[: n - 6] == 0)
+    got = np.zeros((6, 6))
+    tail = rows >= n - 6
+    np.add.at(got, (rows[tail] - (n - 6), cols[tail] - (n - 6)), values[tail])
+    np.testing.assert_allclose(got, lap @ lap)
+    assert np.all(values[~tail] == 0)
 
 
 @pytest.mark.parametrize("bending, pull", [(1.0, 1e-2), (0.3, 0.5)])

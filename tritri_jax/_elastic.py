@@ -155,45 +155,75 @@ def stiffness_matrix(rest, edges, *, bending=1.0, pull=1e-2):
 
 class ElasticPattern(NamedTuple):
     """Where the elastic Hessian's 3 x 3 blocks sit (host-built once per mesh): row ``i`` holds the
-    blocks of the vertices within two edges of ``i`` (the pattern of $L^2$), in ``cols`` (padding
-    points at ``i`` itself, with zero blocks). ``laplacian_sq`` holds $L^2$'s entries, ``diagonal``
-    each row's own slot, ``edge_slots[e]`` the slot of ``j`` in row ``i`` and of ``i`` in row ``j``
-    for edge ``e = (i, j)``."""
+    blocks of the vertices within two edges of ``i`` (the pattern of $L^2$). Each block is an
+    *entry*: entry ``i * w + k`` is slot ``k`` of row ``i`` (column ``cols[i, k]``; padding slots
+    point at ``i`` itself, with zero blocks), and entries from ``V * w`` on are the overflow of rows
+    fuller than ``w`` (``extra_rows``, ``extra_cols``; padding at row 0, column 0, zero blocks).
+    ``laplacian_sq`` holds $L^2$'s entries, ``diagonal`` each row's own entry, ``edge_slots[e]`` the
+    entry of ``j`` in row ``i`` and of ``i`` in row ``j`` for edge ``e = (i, j)``."""
 
     cols: jax.Array  # (V, w) int32
-    laplacian_sq: jax.Array  # (V, w)
+    extra_rows: jax.Array  # (M,) int32
+    extra_cols: jax.Array  # (M,) int32
+    laplacian_sq: jax.Array  # (V * w + M,)
     diagonal: jax.Array  # (V,) int32
     edge_slots: jax.Array  # (E, 2) int32
+
+    def entry_cols(self):
+        """The column of every entry, ``(V * w + M,)``."""
+        return jnp.concatenate([self.cols.reshape(-1), self.extra_cols])
+
+
+def _slot_width(counts: np.ndarray) -> int:
+    """Slots per row: the fullest row's count, unless it holds more than 1.5x the entries of 90 %
+    of the rows, then that 90 % quantile (the fuller rows overflow). The two-ring of a UV sphere's
+    pole and of its neighbours spans ~2 sqrt(F) vertices: on a 20k-face sphere 201 slots for a
+    median row of 19, and phase 2's CG products ran over ten times the entries they needed."""
+    most = max(int(counts.max(initial=0)), 1)
+    typical = max(int(np.quantile(counts, 0.9, method="higher")) if len(counts) else 1, 1)
+    return typical if most > 1.5 * typical else most
 
 
 def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> ElasticPattern:
     """The [`ElasticPattern`][tritri_jax._elastic.ElasticPattern] of a mesh's (unique) ``edges``;
-    ``width``: a function of the fullest row's count giving the slot count to use (a bucket)."""
+    ``width``: a function of the slot count (``_slot_width``) giving the one to use (a bucket); the
+    overflow's length is rounded up by ``_sizes.shape_bucket``."""
+    from ._sizes import shape_bucket
+
     edges = np.asarray(edges, np.int64).reshape(-1, 2)
     n = num_vertices
     lap = laplacian_matrix(edges, n)
     structure = (abs(lap) @ abs(lap) + sp.identity(n)).tocsr()  # every row has its diagonal
     structure.sort_indices()
     counts = np.diff(structure.indptr)
-    width = (width or (lambda k: k))(max(int(counts.max(initial=0)), 1))
+    width = (width or (lambda k: k))(_slot_width(counts))
     rows = np.repeat(np.arange(n), counts)
     slot = np.arange(structure.nnz) - np.repeat(structure.indptr[:-1], counts)
+    inside = slot < width
+    overflow = int((~inside).sum())
+    size = shape_bucket(overflow) if overflow else 0
+    entry = np.empty(structure.nnz, np.int64)  # entries in structure order
+    entry[inside] = rows[inside] * width + slot[inside]
+    entry[~inside] = n * width + np.arange(overflow)
     keys = rows * n + structure.indices  # ascending: rows in order, sorted columns within each
 
-    def slot_of(i, j):  # in int64: past 46,341 vertices, i * n leaves int32 (SciPy's indices are int32)
+    def entry_of(i, j):  # in int64: past 46,341 vertices, i * n leaves int32 (SciPy's indices are int32)
         i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
-        return (np.searchsorted(keys, i * n + j) - structure.indptr[i]).astype(np.int32)
+        return entry[np.searchsorted(keys, i * n + j)].astype(np.int32)
 
     cols = np.tile(np.arange(n)[:, None], (1, width))
-    cols[rows, slot] = structure.indices
-    values = np.zeros((n, width))
+    cols[rows[inside], slot[inside]] = structure.indices[inside]
+    pad = np.zeros(size - overflow, np.int64)
+    values = np.zeros(n * width + size)
     lap_sq = (lap @ lap).tocoo()
-    values[lap_sq.row, slot_of(lap_sq.row, lap_sq.col)] = lap_sq.data
+    values[entry_of(lap_sq.row, lap_sq.col)] = lap_sq.data
     return ElasticPattern(
         cols=jnp.asarray(cols, jnp.int32),
+        extra_rows=jnp.asarray(np.concatenate([rows[~inside], pad]), jnp.int32),
+        extra_cols=jnp.asarray(np.concatenate([structure.indices[~inside], pad]), jnp.int32),
         laplacian_sq=jnp.asarray(values, dtype),
-        diagonal=jnp.asarray(slot_of(np.arange(n), np.arange(n)), jnp.int32),
-        edge_slots=jnp.asarray(np.stack([slot_of(edges[:, 0], edges[:, 1]), slot_of(edges[:, 1], edges[:, 0])], 1)),
+        diagonal=jnp.asarray(entry_of(np.arange(n), np.arange(n)), jnp.int32),
+        edge_slots=jnp.asarray(np.stack([entry_of(edges[:, 0], edges[:, 1]), entry_of(edges[:, 1], edges[:, 0])], 1)),
     )
 
 
@@ -225,26 +255,31 @@ def elastic_hessian(x, rest: RestShape, pattern: ElasticPattern, *, bending=1.0,
         spring = jnp.where(rest.live[:, None, None], spring, 0)
     spring = jnp.moveaxis(spring, 0, -1)  # (3, 3, E)
     scalar = (2 / rest.h**2) * (bending * pattern.laplacian_sq)
-    scalar = scalar.at[jnp.arange(x.shape[0]), pattern.diagonal].add(2 * pull / rest.h**2)
-    # (3, 3, V, w): coordinate-major, so a product is nine long multiply-adds per slot (as an einsum
-    # over (V, w, 3, 3) blocks it took 1.1 ms on the trefoil knot, this way 0.32-0.37 ms)
-    blocks = eye[:, :, None, None] * scalar
+    scalar = scalar.at[pattern.diagonal].add(2 * pull / rest.h**2)
+    # (3, 3, entries): coordinate-major, so a product is nine long multiply-adds per slot (as an
+    # einsum over (V, w, 3, 3) blocks it took 1.1 ms on the trefoil knot, this way 0.32-0.37 ms)
+    blocks = eye[:, :, None] * scalar
     i, j = e[:, 0], e[:, 1]
-    blocks = blocks.at[:, :, i, pattern.diagonal[i]].add(spring).at[:, :, j, pattern.diagonal[j]].add(spring)
-    blocks = (
-        blocks.at[:, :, i, pattern.edge_slots[:, 0]].add(-spring).at[:, :, j, pattern.edge_slots[:, 1]].add(-spring)
-    )
+    blocks = blocks.at[:, :, pattern.diagonal[i]].add(spring).at[:, :, pattern.diagonal[j]].add(spring)
+    blocks = blocks.at[:, :, pattern.edge_slots[:, 0]].add(-spring).at[:, :, pattern.edge_slots[:, 1]].add(-spring)
+    num_vertices, width = pattern.cols.shape
+    inner = blocks[:, :, : num_vertices * width].reshape(3, 3, num_vertices, width)
+    outer = blocks[:, :, num_vertices * width :]
 
     def product(v):
-        width = pattern.cols.shape[1]
         if width > UNROLLED_SLOTS:
             gathered = v.T[:, pattern.cols]  # (3, V, w)
-            rows = [sum(blocks[a, b] * gathered[b] for b in range(3)) for a in range(3)]
-            return jnp.stack([jnp.sum(row, axis=1) for row in rows], axis=1)
-        out = 0  # slot by slot (0.18-0.29 ms on the pretzel, against 0.40-0.52 ms the other way)
-        for slot in range(width):
-            g = v[pattern.cols[:, slot]]
-            out = out + jnp.stack([sum(blocks[a, b, :, slot] * g[:, b] for b in range(3)) for a in range(3)], axis=1)
+            rows = [sum(inner[a, b] * gathered[b] for b in range(3)) for a in range(3)]
+            out = jnp.stack([jnp.sum(row, axis=1) for row in rows], axis=1)
+        else:
+            out = 0  # slot by slot (0.18-0.29 ms on the pretzel, against 0.40-0.52 ms the other way)
+            for slot in range(width):
+                g = v[pattern.cols[:, slot]]
+                out = out + jnp.stack([sum(inner[a, b, :, slot] * g[:, b] for b in range(3)) for a in range(3)], axis=1)
+        if outer.shape[-1]:
+            g = v[pattern.extra_cols]
+            terms = jnp.stack([sum(outer[a, b] * g[:, b] for b in range(3)) for a in range(3)], axis=1)
+            out = out + jax.ops.segment_sum(terms, pattern.extra_rows, num_segments=num_vertices)
         return out
 
     return product
