@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from ._multigrid import UNROLLED_SLOTS
+from ._multigrid import UNROLLED_SLOTS, ell_width
 from ._safe import safe_norm
+from ._sizes import shape_bucket
 
 
 class RestShape(NamedTuple):
@@ -174,29 +175,22 @@ class ElasticPattern(NamedTuple):
         return jnp.concatenate([self.cols.reshape(-1), self.extra_cols])
 
 
-def _slot_width(counts: np.ndarray) -> int:
-    """Slots per row: the fullest row's count, unless it holds more than 1.5x the entries of 90 %
-    of the rows, then that 90 % quantile (the fuller rows overflow). The two-ring of a UV sphere's
-    pole and of its neighbours spans ~2 sqrt(F) vertices: on a 20k-face sphere 201 slots for a
-    median row of 19, and phase 2's CG products ran over ten times the entries they needed."""
-    most = max(int(counts.max(initial=0)), 1)
-    typical = max(int(np.quantile(counts, 0.9, method="higher")) if len(counts) else 1, 1)
-    return typical if most > 1.5 * typical else most
-
-
 def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> ElasticPattern:
     """The [`ElasticPattern`][tritri_jax._elastic.ElasticPattern] of a mesh's (unique) ``edges``;
-    ``width``: a function of the slot count (``_slot_width``) giving the one to use (a bucket); the
-    overflow's length is rounded up by ``_sizes.shape_bucket``."""
-    from ._sizes import shape_bucket
+    ``width``: a function of the slot count giving the one to use (a bucket); the overflow's length
+    is rounded up by ``_sizes.shape_bucket``.
 
+    The slots cover 90 % of the rows when the fullest holds more than 1.5x that (``_multigrid.ell_width``):
+    the two-ring of a UV sphere's pole and of its neighbours spans ~2 sqrt(F) vertices, and on a
+    20k-face sphere every row had 201 slots for a median row of 19 (phase 2's CG products ran over
+    ten times the entries they needed)."""
     edges = np.asarray(edges, np.int64).reshape(-1, 2)
     n = num_vertices
     lap = laplacian_matrix(edges, n)
     structure = (abs(lap) @ abs(lap) + sp.identity(n)).tocsr()  # every row has its diagonal
     structure.sort_indices()
     counts = np.diff(structure.indptr)
-    width = (width or (lambda k: k))(_slot_width(counts))
+    width = (width or (lambda k: k))(ell_width(counts, 0.9, 1.5, method="higher"))
     rows = np.repeat(np.arange(n), counts)
     slot = np.arange(structure.nnz) - np.repeat(structure.indptr[:-1], counts)
     inside = slot < width

@@ -53,6 +53,15 @@ class Ell(eqx.Module):
 UNROLLED_SLOTS = 32
 
 
+def ell_width(counts: np.ndarray, share: float, spread: float, method: str = "lower") -> int:
+    """Slots per row of an ELLPACK layout with an overflow (``counts``: entries per row): the fullest
+    row's count, unless it holds more than ``spread`` times the ``share`` quantile of the counts
+    (NumPy's ``method``), then that quantile; the fuller rows overflow."""
+    most = max(int(counts.max(initial=0)), 1)
+    typical = max(int(np.quantile(counts, share, method=method)) if len(counts) else 1, 1)
+    return typical if most > spread * typical else most
+
+
 def ell(matrix, dtype, width=None, rows=None) -> Ell:
     """``matrix`` (any scipy sparse matrix) in ELLPACK form, as many slots per row as its fullest row
     has; ``width``: a function of that count giving the slot count to use instead (a bucket);
@@ -66,9 +75,7 @@ def ell(matrix, dtype, width=None, rows=None) -> Ell:
     if rows is not None and rows > csr.shape[0]:
         csr = sp.vstack([csr, sp.csr_matrix((rows - csr.shape[0], csr.shape[1]))]).tocsr()
     counts = np.diff(csr.indptr)
-    most = max(int(counts.max(initial=0)), 1)
-    typical = max(int(np.quantile(counts, 0.99, method="lower")) if len(counts) else 1, 1)
-    width = (width or (lambda k: k))(typical if most > 2 * typical else most)
+    width = (width or (lambda k: k))(ell_width(counts, 0.99, 2.0))
     rows = np.repeat(np.arange(csr.shape[0]), counts)
     slot = np.arange(csr.nnz) - np.repeat(csr.indptr[:-1], counts)
     cols = np.tile(np.arange(csr.shape[0])[:, None], (1, width))
