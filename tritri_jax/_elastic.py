@@ -190,7 +190,7 @@ def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> 
     structure = (abs(lap) @ abs(lap) + sp.identity(n)).tocsr()  # every row has its diagonal
     structure.sort_indices()
     counts = np.diff(structure.indptr)
-    width = (width or (lambda k: k))(ell_width(counts, 0.9, 1.5, method="higher"))
+    width = (width or (lambda k: k))(ell_width(counts))
     rows = np.repeat(np.arange(n), counts)
     slot = np.arange(structure.nnz) - np.repeat(structure.indptr[:-1], counts)
     inside = slot < width
