@@ -453,10 +453,6 @@ def klein_bottle(n: int = 16, hole: float = 0.0, radius: float = 2.0):
     return vertices, faces.astype(np.int32)
 
 
-def _resolution(faces_per_n_sq: float, target_faces: int) -> int:
-    return max(4, int(round(np.sqrt(target_faces / faces_per_n_sq))))
-
-
 def stress_case(family: str, target_faces: int, seed: int = 0):
     """One stress case: a mesh of the family ``family`` (one of ``STRESS_FAMILIES``) with about
     ``target_faces`` faces, its shape parameters drawn from ``seed``. Returns ``(vertices, faces)``.
@@ -484,48 +480,15 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
     if family not in STRESS_FAMILIES:
         raise ValueError(f"unknown stress family {family!r}; expected one of {STRESS_FAMILIES}")
     from ._detect import find_intersections
+    from ._stress import draw
 
     rng = np.random.default_rng(seed)
     for attempt in range(32):
         shape_seed = seed if attempt == 0 else int(rng.integers(2**31))
-        vertices, faces = _stress_draw(family, target_faces, seed, shape_seed, rng)
+        vertices, faces = draw(family, target_faces, seed, shape_seed, rng)
         if len(find_intersections(vertices, faces)):
             return vertices, faces
     raise RuntimeError(f"stress case {family} {target_faces} {seed}: no intersecting draw in 32")
-
-
-def _stress_draw(family, target_faces, seed, shape_seed, rng):
-    """One draw of ``stress_case``: ``seed`` picks the base, ``shape_seed`` and ``rng`` the shape."""
-    if family == "overlap":
-        kind = seed % 3
-        if kind == 0:
-            base = sphere(_resolution(4, target_faces / 2))
-        elif kind == 1:
-            base = torus(_resolution(6, target_faces / 2))
-        else:
-            base = knot_tube(_resolution(16, target_faces / 2))
-        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=shape_seed)
-    if family == "fold":
-        radius = 0.3
-        v, f = capsule(_resolution(14, target_faces), radius=radius, length=3.0)
-        angle, tight = rng.uniform(1.5, 3.0), rng.uniform(0.2, 0.6) * radius
-        return bend(v, angle=angle, radius=tight, start=rng.uniform(-0.5, 0.2)), f
-    if family == "uneven":
-        base = graded_torus(_resolution(12, target_faces), grading=1000.0)
-        return overlapping_copies(*base, depth=rng.uniform(0.05, 0.5), seed=shape_seed)
-    if family == "poke":
-        v, f = torus(_resolution(6, target_faces), minor=rng.uniform(0.15, 0.3))
-        return poke(v, f, depth=rng.uniform(1.4, 2.0), width=rng.uniform(0.3, 0.6), seed=shape_seed), f
-    if family == "sheet":
-        if seed % 2 == 0:
-            return crumpled_sheet(_resolution(2, target_faces), amplitude=rng.uniform(0.25, 0.45), seed=shape_seed)
-        n = _resolution(4, target_faces)
-        return folded_sheet(n, wrap=rng.uniform(1.1, 1.4))
-    if family == "components":
-        count = 3 + seed % 4
-        per = target_faces / count
-        base = sphere(_resolution(4, per)) if seed % 2 == 0 else capsule(_resolution(7.8, per), radius=0.4)
-        return scatter_copies(*base, count=count, spread=1.5, seed=shape_seed)
 
 
 STRESS_FAMILIES = ("overlap", "fold", "uneven", "poke", "sheet", "components")
