@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tritri_jax as tt
-from tritri_jax._newton import conjugate_gradient, newton_loop
+from tritri_jax._newton import conjugate_gradient
 
 
 def _rosenbrock(x):
@@ -137,36 +137,3 @@ def test_expansion_escapes_a_log_barrier_start_in_a_few_steps():
     assert int(plain.iterations) >= 25 and int(expanded.iterations) <= 10
     below = tt.newton_cg(energy, x0, max_iters=60, tol=1e-9, max_step=4.0, expand=True, accept=lambda x: x[0, 0] < 0.5)
     assert float(below.x[0, 0]) < 0.5 and bool(below.stalled)  # expansion asks accept like every step
-
-
-def test_halt_stops_at_the_first_accepted_point_it_flags():
-    """``newton_loop``'s ``halt(aux)`` (phase 2: a close-pair buffer three quarters full) stops the
-    loop at the accepted point where it holds, reported as stalled, and a resumed loop finishes."""
-
-    def run(x0, halt):
-        return newton_loop(
-            lambda x, aux: jnp.sum((x - 3.0) ** 2),
-            x0,
-            hessian=lambda x, aux, progress: lambda v: 2.0 * v,
-            accept=lambda x, aux: jnp.bool_(True),
-            prepare=lambda x, cap, previous: x,  # aux: the point itself
-            preconditioner=None,
-            max_iters=50,
-            cg_iters=10,
-            cg_rtol=1e-8,
-            tol=1e-10,
-            max_step=0.5,
-            step_growth=None,
-            damping=0.0,
-            line_search_steps=8,
-            expand=False,
-            halt=halt,
-        )
-
-    x0 = jnp.zeros((1, 1))  # steps of 0.5, the cap
-    halted = run(x0, lambda aux: aux[0, 0] > 1.2)
-    assert bool(halted.stalled) and not bool(halted.converged)
-    assert int(halted.iterations) == 3 and float(halted.x[0, 0]) == pytest.approx(1.5)
-    resumed = run(halted.x, None)
-    assert bool(resumed.converged) and not bool(resumed.stalled)
-    np.testing.assert_allclose(np.asarray(resumed.x), 3.0, atol=1e-10)

@@ -213,7 +213,6 @@ def newton_loop(
     damping: float,
     line_search_steps: int,
     expand: bool,
-    halt: Callable | None = None,
 ) -> NewtonResult:
     """The loop behind [`newton_cg`][tritri_jax.newton_cg], with its callables in their full form:
     ``energy(x, aux)``, ``accept(x, aux)``, ``prepare(x, cap, previous)`` (``previous``: the aux of
@@ -226,10 +225,7 @@ def newton_loop(
     by the loop's first pass (which takes no step), and one line-search loop both backtracks and
     expands. Measured on phase 2 of ``untangle`` (trefoil knot): two call sites each of the energy,
     its gradient, ``prepare`` and ``accept`` made a graph twice as large, and compiling it took
-    twice as long.
-
-    ``halt(aux)``, or ``None``: checked at each accepted point; ``True`` stops the loop there,
-    reported as ``stalled`` (a buffer nearly full, say, which the caller grows before resuming)."""
+    twice as long."""
     value_and_grad = jax.value_and_grad(energy)
 
     def gradient_norm(e, g):  # inf where the energy is not finite (e.g. a full buffer): never "converged"
@@ -336,8 +332,7 @@ def newton_loop(
         x, aux, e, g = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, (x, aux, e, g))
         g_start = jnp.where(fresh, gradient_norm(e, g), g_start)
         taken = ok & ~fresh
-        stop = ~ok if halt is None else ~ok | halt(aux)
-        return x, aux, e, g, k + taken.astype(jnp.int32), cg_total + cg_k, stop, cap, g_start, jnp.bool_(False)
+        return x, aux, e, g, k + taken.astype(jnp.int32), cg_total + cg_k, ~ok, cap, g_start, jnp.bool_(False)
 
     cap0 = jnp.asarray(jnp.inf if max_step is None else max_step, jax.tree_util.tree_leaves(x0)[0].dtype)
     aux0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(prepare, x0, cap0, None))

@@ -94,8 +94,8 @@ def size_buffers(theta, settings: UntangleOptions, x1, setup: RelaxSetup):
 def run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup, floor=None):
     """Phase 2 from ``x1`` (both stages of ``relax``) on the rest shape ``theta`` with ``setup``
     (``phase2_setup``; sized again at ``x1``, its capacities at least ``floor``), resumed (with larger
-    buffers where one was full) if it stalled short of a stationary point, stopped on a full
-    buffer or on a close-pair buffer three quarters full (``relax``), at most 4 runs.
+    buffers where one was full) if it stalled short of a stationary point or stopped on a full
+    buffer, at most 4 runs.
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
     if floor is not None:

@@ -123,14 +123,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     The elastic part of either is assembled into 3 x 3 blocks once per step (``elastic_hessian``: a
     CG product 0.65 -> 0.32 ms on the trefoil knot). One ``newton_loop``, so its energy, gradient,
     neighbour list and crossing check compile once (two loops, one per operator, compiled for twice
-    as long).
-
-    It stops (``stalled``) at a point whose close pairs fill three quarters of their buffer, for
-    ``_phase2.run_relax`` to grow it and resume: past it the energy is ``inf``, and the line
-    search cut every step short of the new contacts. Two overlapping 20k-face spheres: their close
-    pairs grew from 400 at phase 1's end to over 4,096, and phase 2 crawled 8 Newton steps of
-    100 CG iterations each, with the energy falling by 1 %, before it stalled. Returns its
-    ``NewtonResult``."""
+    as long). Returns its ``NewtonResult``."""
     rest = setup.rest(theta)
     dhat = barrier_reach(setup, theta, rest.h)
 
@@ -181,7 +174,6 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         damping=1e-10,
         line_search_steps=12,
         expand=True,
-        halt=lambda near: 4 * near.num_close > 3 * setup.active_capacity,
     )
 
 
