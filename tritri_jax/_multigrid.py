@@ -53,34 +53,35 @@ class Ell(eqx.Module):
 UNROLLED_SLOTS = 32
 
 
-def ell_width(counts: np.ndarray) -> int:
+def ell_width(counts: np.ndarray, share: float = 0.9, spread: float = 1.5, method: str = "higher") -> int:
     """Slots per row of an ELLPACK layout with an overflow (``counts``: entries per row): the fullest
-    row's count, unless it holds more than 1.5x the count that 90 % of the rows hold at most, then
-    that count; the fuller rows' other entries overflow.
+    row's count, unless it holds more than ``spread`` times the count that a ``share`` of the rows
+    hold at most (NumPy's quantile ``method``), then that count; the fuller rows' other entries
+    overflow. By default 1.5x and 90 %.
 
     A UV sphere's poles have ~sqrt(F) neighbours and the rows within two rings of them are that wide
     too, 1-2 % of the rows: with the slots for 99 % of the rows, the multigrid's finest operator (the
     stiffness, a two-ring pattern) of a 20k-face UV sphere had 256 slots a row for a median of 19,
     and a V-cycle cost 30 ms (the elastic Hessian's product, with 24 slots, 1.8 ms)."""
     most = max(int(counts.max(initial=0)), 1)
-    typical = max(int(np.quantile(counts, 0.9, method="higher")) if len(counts) else 1, 1)
-    return typical if most > 1.5 * typical else most
+    typical = max(int(np.quantile(counts, share, method=method)) if len(counts) else 1, 1)
+    return typical if most > spread * typical else most
 
 
-def ell(matrix, dtype, width=None, rows=None) -> Ell:
+def ell(matrix, dtype, width=None, rows=None, spread: tuple = ()) -> Ell:
     """``matrix`` (any scipy sparse matrix) in ELLPACK form, as many slots per row as its fullest row
     has; ``width``: a function of that count giving the slot count to use instead (a bucket);
     ``rows``: the row count to pad to (shape padding: rows of zeros).
 
-    Where the fullest rows are far fuller than most (``ell_width``: vertices of very high valence),
-    the rest of their entries go to ``Ell.extra`` (its length rounded up by
-    ``_sizes.shape_bucket``): on a 31k-face UV sphere, whose poles have 124 neighbours, the
-    Laplacian's slots fell from 128 to 8."""
+    Where the fullest rows are far fuller than most (``ell_width``, with ``spread`` its arguments
+    after the counts: vertices of very high valence), the rest of their entries go to ``Ell.extra``
+    (its length rounded up by ``_sizes.shape_bucket``): on a 31k-face UV sphere, whose poles have
+    124 neighbours, the Laplacian's slots fell from 128 to 8."""
     csr = sp.csr_matrix(matrix)
     if rows is not None and rows > csr.shape[0]:
         csr = sp.vstack([csr, sp.csr_matrix((rows - csr.shape[0], csr.shape[1]))]).tocsr()
     counts = np.diff(csr.indptr)
-    width = (width or (lambda k: k))(ell_width(counts))
+    width = (width or (lambda k: k))(ell_width(counts, *spread))
     rows = np.repeat(np.arange(csr.shape[0]), counts)
     slot = np.arange(csr.nnz) - np.repeat(csr.indptr[:-1], counts)
     cols = np.tile(np.arange(csr.shape[0])[:, None], (1, width))
@@ -156,13 +157,19 @@ def multigrid(
     coarse = np.zeros((sizes[-1], sizes[-1]))
     coarse[: len(coarse_inverse), : len(coarse_inverse)] = coarse_inverse
     fine, coarser = sizes[:-1], sizes[1:]
+    # The transfers keep slots for 99 % of their rows (an overflow for 2x that): their rows are
+    # aggregates, whose sizes vary, and at 90 % / 1.5x meshes of one bucket got an overflow or not
+    # (a different structure, a second compile of phase 2); the operators' poles need the 90 %.
+    transfer = (0.99, 2.0, "lower")
     return Multigrid(
         operators=tuple(ell(padded(level.A, n), dtype, width, n) for level, n in zip(levels, fine, strict=False)),
         prolongations=tuple(
-            ell(padded(level.P, m), dtype, width, n) for level, n, m in zip(levels, fine, coarser, strict=False)
+            ell(padded(level.P, m), dtype, width, n, transfer)
+            for level, n, m in zip(levels, fine, coarser, strict=False)
         ),
         restrictions=tuple(
-            ell(padded(level.P.T, n), dtype, width, m) for level, n, m in zip(levels, fine, coarser, strict=False)
+            ell(padded(level.P.T, n), dtype, width, m, transfer)
+            for level, n, m in zip(levels, fine, coarser, strict=False)
         ),
         jacobi=tuple(jnp.pad(w, (0, n - w.shape[0])) for w, n in zip(jacobi, fine, strict=False)),
         coarse_inverse=jnp.asarray(coarse, dtype),
