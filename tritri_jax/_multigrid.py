@@ -68,12 +68,12 @@ def ell_width(counts: np.ndarray, share: float = 0.9, spread: float = 1.5, metho
     return typical if most > spread * typical else most
 
 
-def ell(matrix, dtype, width=None, rows=None, spread: tuple = ()) -> Ell:
+def ell(matrix, dtype, width=None, rows=None, rule: tuple = ()) -> Ell:
     """``matrix`` (any scipy sparse matrix) in ELLPACK form, as many slots per row as its fullest row
     has; ``width``: a function of that count giving the slot count to use instead (a bucket);
     ``rows``: the row count to pad to (shape padding: rows of zeros).
 
-    Where the fullest rows are far fuller than most (``ell_width``, with ``spread`` its arguments
+    Where the fullest rows are far fuller than most (``ell_width``, with ``rule`` its arguments
     after the counts: vertices of very high valence), the rest of their entries go to ``Ell.extra``
     (its length rounded up by ``_sizes.shape_bucket``): on a 31k-face UV sphere, whose poles have
     124 neighbours, the Laplacian's slots fell from 128 to 8."""
@@ -81,7 +81,7 @@ def ell(matrix, dtype, width=None, rows=None, spread: tuple = ()) -> Ell:
     if rows is not None and rows > csr.shape[0]:
         csr = sp.vstack([csr, sp.csr_matrix((rows - csr.shape[0], csr.shape[1]))]).tocsr()
     counts = np.diff(csr.indptr)
-    width = (width or (lambda k: k))(ell_width(counts, *spread))
+    width = (width or (lambda k: k))(ell_width(counts, *rule))
     rows = np.repeat(np.arange(csr.shape[0]), counts)
     slot = np.arange(csr.nnz) - np.repeat(csr.indptr[:-1], counts)
     cols = np.tile(np.arange(csr.shape[0])[:, None], (1, width))
