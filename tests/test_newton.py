@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tritri_jax as tt
-from tritri_jax._newton import conjugate_gradient
+from tritri_jax._newton import conjugate_gradient, newton_loop
 
 
 def _rosenbrock(x):
@@ -137,3 +137,39 @@ def test_expansion_escapes_a_log_barrier_start_in_a_few_steps():
     assert int(plain.iterations) >= 25 and int(expanded.iterations) <= 10
     below = tt.newton_cg(energy, x0, max_iters=60, tol=1e-9, max_step=4.0, expand=True, accept=lambda x: x[0, 0] < 0.5)
     assert float(below.x[0, 0]) < 0.5 and bool(below.stalled)  # expansion asks accept like every step
+
+
+def test_a_step_cut_short_by_a_non_finite_energy_stops_the_loop_when_asked():
+    """``newton_loop(stop_when_blocked=True)`` (phase 2: a trial point past the close-pair buffer,
+    where the energy is ``inf``) stops at the point the line search accepted, reported as stalled
+    and halted; without it the loop crawls along the wall; resumed with the wall moved, it finishes."""
+
+    def run(x0, wall, stop_when_blocked):
+        return newton_loop(
+            lambda x, aux: jnp.where(x[0, 0] > wall, jnp.inf, jnp.sum((x - 3.0) ** 2)),
+            x0,
+            hessian=lambda x, aux, progress: lambda v: 2.0 * v,
+            accept=lambda x, aux: jnp.bool_(True),
+            prepare=lambda x, cap, previous: None,
+            preconditioner=None,
+            max_iters=50,
+            cg_iters=10,
+            cg_rtol=1e-8,
+            tol=1e-10,
+            max_step=0.5,
+            step_growth=None,
+            damping=0.0,
+            line_search_steps=8,
+            expand=False,
+            stop_when_blocked=stop_when_blocked,
+        )
+
+    x0 = jnp.zeros((1, 1))  # steps of 0.5 (the cap) to 1.0, then 1.5 is past the wall: 1.25, 1.125
+    halted, blocked = run(x0, 1.2, True)
+    assert bool(blocked) and bool(halted.stalled) and not bool(halted.converged)
+    assert int(halted.iterations) == 3 and float(halted.x[0, 0]) == pytest.approx(1.125)
+    crawled, blocked = run(x0, 1.2, False)
+    assert not bool(blocked) and int(crawled.iterations) > 3 and float(crawled.x[0, 0]) <= 1.2
+    resumed, blocked = run(halted.x, 10.0, True)
+    assert bool(resumed.converged) and not bool(resumed.stalled) and not bool(blocked)
+    np.testing.assert_allclose(np.asarray(resumed.x), 3.0, atol=1e-10)

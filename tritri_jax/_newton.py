@@ -168,7 +168,7 @@ def newton_cg(
         def accept(x, aux):
             return jnp.bool_(True)
 
-    return newton_loop(
+    result, _ = newton_loop(
         energy,
         x0,
         hessian=lambda x, aux, progress: hessian(x, aux),
@@ -185,6 +185,7 @@ def newton_cg(
         line_search_steps=line_search_steps,
         expand=expand,
     )
+    return result
 
 
 class NewtonProgress(NamedTuple):
@@ -213,7 +214,8 @@ def newton_loop(
     damping: float,
     line_search_steps: int,
     expand: bool,
-) -> NewtonResult:
+    stop_when_blocked: bool = False,
+) -> tuple[NewtonResult, Bool[Array, ""]]:
     """The loop behind [`newton_cg`][tritri_jax.newton_cg], with its callables in their full form:
     ``energy(x, aux)``, ``accept(x, aux)``, ``prepare(x, cap, previous)`` (``previous``: the aux of
     the last accepted point, all zeros at the start, ``None`` when only its shape is asked for; a
@@ -225,7 +227,12 @@ def newton_loop(
     by the loop's first pass (which takes no step), and one line-search loop both backtracks and
     expands. Measured on phase 2 of ``untangle`` (trefoil knot): two call sites each of the energy,
     its gradient, ``prepare`` and ``accept`` made a graph twice as large, and compiling it took
-    twice as long."""
+    twice as long.
+
+    With ``stop_when_blocked``, a step whose line search met a point that ``accept`` allowed but whose
+    energy was not finite (a buffer in ``aux`` too small there) stops the loop at the point it
+    accepted, reported as ``stalled``, for the caller to grow the buffer and resume. Returns the
+    ``NewtonResult`` and whether the loop stopped so."""
     value_and_grad = jax.value_and_grad(energy)
 
     def gradient_norm(e, g):  # inf where the energy is not finite (e.g. a full buffer): never "converged"
@@ -237,14 +244,15 @@ def newton_loop(
         return x, aux, e, g
 
     def cond(state):
-        x, aux, e, g, k, cg_total, stalled, _, _, fresh = state
+        x, aux, e, g, k, cg_total, stalled, _, _, fresh, _ = state
         going = (k < max_iters) & (gradient_norm(e, g) >= tol) & ~stalled & jnp.isfinite(e)
         return fresh | going
 
     def line_search(x, aux, e, d, slope, largest, cap):
         """Backtracking (Armijo) from the full step; with ``expand``, an accepted full step is then
         doubled while the energy falls, and the last multiple is taken if ``accept`` allows it.
-        Returns ``(multiple of d taken, accepted, Armijo held strictly)``."""
+        Returns ``(multiple of d taken, accepted, Armijo held strictly, a point accept allowed had a
+        non-finite energy)``."""
         # round-off in the energy: near a minimum its change falls below it while the gradient, a sum
         # of terms far smaller than the energy, is still accurate (the trefoil stalled at |g| 1.1e-6)
         slack = 16 * jnp.finfo(e.dtype).eps * jnp.abs(e)
@@ -256,7 +264,7 @@ def newton_loop(
             return ls[3] != done
 
         def ls_body(ls):
-            alpha, m, e_m, mode, ok, strict, j = ls
+            alpha, m, e_m, mode, ok, strict, blocked, j = ls
             scale = jnp.where(mode == backtrack, alpha, jnp.where(mode == expanding, 2 * m, m))
             point = x + scale * d
             # backtracking asks accept first: the energy at a point it rejects is not needed
@@ -288,16 +296,17 @@ def newton_loop(
             e_m = jnp.where(taken | better, e_p, e_m)
             strict = jnp.where(taken, (e_p <= bound) & finite, strict)
             alpha = jnp.where(halve, alpha / 2, alpha)
-            return alpha, m_new, e_m, mode_new, ok | taken, strict, j + halve.astype(jnp.int32)
+            blocked = blocked | ((mode == backtrack) & allowed & ~finite)
+            return alpha, m_new, e_m, mode_new, ok | taken, strict, blocked, j + halve.astype(jnp.int32)
 
         one = jnp.ones((), e.dtype)
         no = jnp.bool_(False)
-        state = (one, one, e, jnp.int32(backtrack), no, no, jnp.int32(0))
-        alpha, m, _, _, ok, strict, _ = lax.while_loop(ls_cond, ls_body, state)
-        return jnp.where(ok, m, alpha), ok, strict
+        state = (one, one, e, jnp.int32(backtrack), no, no, no, jnp.int32(0))
+        alpha, m, _, _, ok, strict, blocked, _ = lax.while_loop(ls_cond, ls_body, state)
+        return jnp.where(ok, m, alpha), ok, strict, blocked
 
     def body(state):
-        x, aux, e, g, k, cg_total, _, cap, g_start, fresh = state
+        x, aux, e, g, k, cg_total, _, cap, g_start, fresh, _ = state
 
         def step():
             progress = NewtonProgress(k, gradient_norm(e, g), g_start)
@@ -315,31 +324,34 @@ def newton_loop(
                 largest = jnp.max(jnp.sqrt(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=-1)))
                 shrink = jnp.minimum(1.0, cap / jnp.where(largest > 0, largest, 1))
                 d, slope, largest = d * shrink, slope * shrink, largest * shrink
-            alpha, ok, strict = line_search(x, aux, e, d, slope, largest, cap)
+            alpha, ok, strict, blocked = line_search(x, aux, e, d, slope, largest, cap)
             new_cap = cap
             if step_growth is not None:
                 grown = jnp.clip(step_growth * alpha * largest, max_step / 16, max_step)
                 new_cap = jnp.where(ok, grown, cap).astype(cap.dtype)
-            return x + alpha * d, ok, strict, cg_k, new_cap
+            return x + alpha * d, ok, strict, blocked, cg_k, new_cap
 
         def start():  # the first pass evaluates the start and takes no step
-            return x, jnp.bool_(True), jnp.bool_(True), jnp.int32(0), cap
+            return x, jnp.bool_(True), jnp.bool_(True), jnp.bool_(False), jnp.int32(0), cap
 
-        trial, ok, strict, cg_k, cap = lax.cond(fresh, start, step)
+        trial, ok, strict, blocked, cg_k, cap = lax.cond(fresh, start, step)
         new = lax.cond(ok, lambda: evaluate(trial, cap, aux), lambda: (x, aux, e, g))
         # a step accepted only within the energy's round-off must shrink the gradient, else it is a stall
         ok = ok & (strict | (gradient_norm(new[2], new[3]) < gradient_norm(e, g)))
         x, aux, e, g = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, (x, aux, e, g))
         g_start = jnp.where(fresh, gradient_norm(e, g), g_start)
         taken = ok & ~fresh
-        return x, aux, e, g, k + taken.astype(jnp.int32), cg_total + cg_k, ~ok, cap, g_start, jnp.bool_(False)
+        halt = ok & blocked & stop_when_blocked
+        stop = ~ok | halt
+        return x, aux, e, g, k + taken.astype(jnp.int32), cg_total + cg_k, stop, cap, g_start, jnp.bool_(False), halt
 
     cap0 = jnp.asarray(jnp.inf if max_step is None else max_step, jax.tree_util.tree_leaves(x0)[0].dtype)
     aux0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(prepare, x0, cap0, None))
     e0 = jnp.zeros((), jax.eval_shape(energy, x0, aux0).dtype)
     g0 = jnp.zeros_like(x0)
     gnorm0 = jnp.zeros((), e0.dtype)
-    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), jnp.bool_(False), cap0, gnorm0, jnp.bool_(True))
-    x, _, e, g, k, cg_total, stalled, _, _, _ = lax.while_loop(cond, body, state)
+    no = jnp.bool_(False)
+    state = (x0, aux0, e0, g0, jnp.int32(0), jnp.int32(0), no, cap0, gnorm0, jnp.bool_(True), no)
+    x, _, e, g, k, cg_total, stalled, _, _, _, halted = lax.while_loop(cond, body, state)
     gnorm = gradient_norm(e, g)
-    return NewtonResult(x, e, gnorm, k, cg_total, gnorm < tol, stalled)
+    return NewtonResult(x, e, gnorm, k, cg_total, gnorm < tol, stalled), halted

@@ -95,20 +95,26 @@ def run_relax(theta, settings: UntangleOptions, x1, setup: RelaxSetup, floor=Non
     """Phase 2 from ``x1`` (both stages of ``relax``) on the rest shape ``theta`` with ``setup``
     (``phase2_setup``; sized again at ``x1``, its capacities at least ``floor``), resumed (with larger
     buffers where one was full) if it stalled short of a stationary point or stopped on a full
-    buffer, at most 4 runs.
+    buffer, at most 4 runs besides those that stopped where a step outgrew the close-pair buffer
+    (resumed with that buffer at least doubled, up to the neighbour list's size).
 
     Returns ``(x, setup, (Newton steps, CG iterations, energy, gradient norm))``."""
     if floor is not None:
         capacity, active, survivors = map(max, floor, relax_capacities(setup))
         setup = dataclasses.replace(setup, capacity=capacity, active_capacity=active, survivor_capacity=survivors)
     setup = size_buffers(theta, settings, x1, setup)
-    x, steps, cg_total = x1, 0, 0
+    x, steps, cg_total, runs = x1, 0, 0, 0
     run = functools.partial(relax_jit, theta=theta, cg_iters=settings.relax_cg_iters, tol=STATIONARY / 2)
-    for _ in range(4):
-        result = run(x, setup=setup, iters=settings.relax_iters, polish=settings.relax_polish)
+    while runs < 4:
+        result, blocked = run(x, setup=setup, iters=settings.relax_iters, polish=settings.relax_polish)
         x = result.x
         steps += int(result.iterations)
         cg_total += int(result.cg_iterations)
+        if bool(blocked) and setup.active_capacity < setup.capacity:  # the close pairs outgrew their buffer
+            setup = dataclasses.replace(setup, active_capacity=bucket(2 * setup.active_capacity))
+            setup = size_buffers(theta, settings, x, setup)
+            continue
+        runs += 1
         finite = np.isfinite(float(result.energy))  # not finite: a buffer filled up at the new point
         stalled = bool(result.stalled)
         if finite and (float(result.gradient_norm) < STATIONARY or not stalled):

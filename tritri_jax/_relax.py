@@ -123,7 +123,14 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
     The elastic part of either is assembled into 3 x 3 blocks once per step (``elastic_hessian``: a
     CG product 0.65 -> 0.32 ms on the trefoil knot). One ``newton_loop``, so its energy, gradient,
     neighbour list and crossing check compile once (two loops, one per operator, compiled for twice
-    as long). Returns its ``NewtonResult``."""
+    as long).
+
+    A step whose line search met a point past the close-pair buffer (the energy is ``inf`` there)
+    stops the loop at the point it accepted, for ``_phase2.run_relax`` to grow the buffer and
+    resume: phase 2 pulls surfaces that phase 1 pushed apart back into contact, and on two
+    overlapping 20k-face spheres the close pairs grew from 400 to over the buffer's 4,096, where
+    8 Newton steps of 100 CG iterations each, every one cut short by the buffer, took 1 % off the
+    energy before relax stalled. Returns its ``NewtonResult`` and whether it stopped so."""
     rest = setup.rest(theta)
     dhat = barrier_reach(setup, theta, rest.h)
 
@@ -174,6 +181,7 @@ def relax(x1, theta, setup: RelaxSetup, *, iters: int, polish: int, cg_iters: in
         damping=1e-10,
         line_search_steps=12,
         expand=True,
+        stop_when_blocked=True,
     )
 
 
