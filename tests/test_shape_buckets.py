@@ -292,3 +292,28 @@ def test_meshes_of_one_bucket_compile_phase_two_once():
         results = [tt.untangle(v, f) for v, f in meshes]
     assert relax.count == 1 and sizing.count == 1
     assert all(bool(r.converged) and bool(r.relax_converged) for r in results)
+
+
+def test_a_mesh_with_faces_cut_away_keeps_phase_two_and_phase_one_layouts():
+    """Phase 2's setup (the elastic pattern, the multigrid's matrices and their overflow lists) and
+    phase 1's Laplacian of a 4.8k-face pair of UV spheres and of the same mesh with 2.5 % of its
+    faces cut away have the same shapes: one compiled executable for both. Built on the host, no
+    compile. Their stiffness overflows by 7,108 and about 6,000 entries (the poles' two-rings), which
+    the mesh-shape ladder put on two rungs (7,168 and 6,144)."""
+    from tritri_jax._elastic import laplacian_matrix
+    from tritri_jax._multigrid import ell
+    from tritri_jax._phase2 import phase2_setup
+    from tritri_jax._sizes import slot_bucket
+    from tritri_jax._untangle import UntangleOptions, _normalise
+
+    vertices, faces = tt.scenes.stress_case("overlap", 5000, 0)
+    layouts = []
+    for f in (faces, faces[: len(faces) - len(faces) // 40]):
+        problem = _normalise(np.asarray(vertices, np.float64), f, jnp.float64)
+        theta, setup = phase2_setup(problem, UntangleOptions())
+        assert setup.pattern.extra_rows.shape[0] > 0  # the poles overflow
+        rows = shape_bucket(len(problem.theta))  # phase 1's padding (``_sizes.pad_mesh``)
+        laplace = ell(laplacian_matrix(problem.edges_np, rows), jnp.float64, width=slot_bucket)
+        trees = (theta, setup.pattern, setup.preconditioner, laplace)
+        layouts.append(jax.tree_util.tree_map(lambda a: (a.shape, a.dtype), trees))
+    assert layouts[0] == layouts[1]

@@ -18,9 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from ._multigrid import UNROLLED_SLOTS, ell_width
+from ._multigrid import UNROLLED_SLOTS, ell_layout
 from ._safe import safe_norm
-from ._sizes import shape_bucket
 
 
 class RestShape(NamedTuple):
@@ -177,8 +176,8 @@ class ElasticPattern(NamedTuple):
 
 def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> ElasticPattern:
     """The [`ElasticPattern`][tritri_jax._elastic.ElasticPattern] of a mesh's (unique) ``edges``;
-    ``width``: a function of the slot count giving the one to use (a bucket); the overflow's length
-    is rounded up by ``_sizes.shape_bucket``.
+    ``width``: a function of the slot count giving the one to use (a bucket); the overflow is laid
+    out as in the multigrid's matrices (``_multigrid.ell_layout``).
 
     The slots cover 90 % of the rows when the fullest holds more than 1.5x that (``_multigrid.ell_width``):
     the two-ring of a UV sphere's pole and of its neighbours spans ~2 sqrt(F) vertices, and on a
@@ -189,13 +188,8 @@ def elastic_pattern(edges, num_vertices: int, dtype=jnp.float64, width=None) -> 
     lap = laplacian_matrix(edges, n)
     structure = (abs(lap) @ abs(lap) + sp.identity(n)).tocsr()  # every row has its diagonal
     structure.sort_indices()
-    counts = np.diff(structure.indptr)
-    width = (width or (lambda k: k))(ell_width(counts))
-    rows = np.repeat(np.arange(n), counts)
-    slot = np.arange(structure.nnz) - np.repeat(structure.indptr[:-1], counts)
-    inside = slot < width
+    width, rows, slot, inside, size = ell_layout(structure.indptr, width)
     overflow = int((~inside).sum())
-    size = shape_bucket(overflow) if overflow else 0
     entry = np.empty(structure.nnz, np.int64)  # entries in structure order
     entry[inside] = rows[inside] * width + slot[inside]
     entry[~inside] = n * width + np.arange(overflow)
