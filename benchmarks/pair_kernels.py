@@ -19,13 +19,14 @@ from _report import Output  # noqa: E402
 parser = argparse.ArgumentParser()
 parser.add_argument("--pairs", type=int, default=20000)
 parser.add_argument("--float32", action="store_true")
-parser.add_argument("--repeats", type=int, default=5)
+parser.add_argument("--repeats", type=int, default=15)
 parser.add_argument("--markdown", help="write the table into this page (section pair-kernels)")
 args = parser.parse_args()
 out = Output()
 jax.config.update("jax_enable_x64", not args.float32)
 
 import tritri_jax as tt  # noqa: E402
+from tritri_jax._pair_hessian import interval_jacobian  # noqa: E402
 
 dtype = jnp.float32 if args.float32 else jnp.float64
 rng = np.random.default_rng(0)
@@ -43,8 +44,15 @@ def naive(a, b):
     return energy(x), jax.grad(energy)(x), (q * jnp.maximum(w, 0)) @ q.T
 
 
+def jacrev_of_interval(a, b):
+    ends = lambda y: jnp.stack(tt.interval(y[:9].reshape(3, 3), y[9:].reshape(3, 3))[:2])  # noqa: E731
+    return jax.jacrev(ends)(jnp.concatenate([a.ravel(), b.ravel()]))
+
+
 routes = {
     "energy": tt.pair_energy,
+    "Jacobian of (tc0, tc1), by hand": interval_jacobian,
+    "Jacobian of (tc0, tc1), jax.jacrev": jacrev_of_interval,
     "energy + gradient": jax.value_and_grad(tt.pair_energy),
     "Gauss-Newton factor (39 numbers)": tt.gauss_newton_factor,
     "Gauss-Newton projected Hessian (dense)": lambda a, b: tt.pair_energy_grad_hessian(a, b),
@@ -53,18 +61,18 @@ routes = {
 }
 
 
-def rate(f):
-    g = jax.jit(jax.vmap(f))
+compiled = {name: jax.jit(jax.vmap(f)) for name, f in routes.items()}
+for g in compiled.values():
     jax.block_until_ready(g(u, v))
-    best = float("inf")
-    for _ in range(args.repeats):
+# Round robin, best of the repeats per route: this machine's speed drifts by 2x over minutes, and
+# measuring the routes one after another would put the drift into the ratios.
+best = dict.fromkeys(compiled, float("inf"))
+for _ in range(args.repeats):
+    for name, g in compiled.items():
         start = time.perf_counter()
         jax.block_until_ready(g(u, v))
-        best = min(best, time.perf_counter() - start)
-    return args.pairs / best, g
-
-
-results = {name: rate(f) for name, f in routes.items()}
+        best[name] = min(best[name], time.perf_counter() - start)
+results = {name: (args.pairs / best[name], compiled[name]) for name in compiled}
 baseline = results["naive: jax.hessian + eigh clamp"][0]
 
 # Floating-point operations per pair of the Gauss-Newton route, from XLA's cost model.

@@ -106,7 +106,8 @@ def _unit_normal(ops, tri, eps):
 
 
 def _segment(ops, tri, dist):
-    """End points of the segment where ``tri`` crosses a plane, from its vertices' signed distances.
+    """End points of the segment where ``tri`` crosses a plane, from its vertices' signed distances,
+    whether it crosses, and the lonely vertex ``k``.
 
     The "lonely" vertex ``k`` is the first nonzero one whose sign no other vertex shares; the
     end points lie on the edges leaving it (an end point is a vertex itself when that vertex lies
@@ -127,7 +128,7 @@ def _segment(ops, tri, dist):
         point = ops.add(tri_r[0], ops.scale(ops.sub(tri_r[i], tri_r[0]), weight))
         return ops.where(dist_r[i] == 0, tri_r[i], point)
 
-    return end_point(1), end_point(2), crosses
+    return end_point(1), end_point(2), crosses, k
 
 
 def _coplanar_overlap(ops, u, v, normal, eps):
@@ -177,6 +178,72 @@ def _scaled_pair(ops, u, v, eps):
     return same, u, v, scale, _unit_normal(ops, u, eps), _unit_normal(ops, v, eps)
 
 
+class _Line(NamedTuple):
+    """How Möller's interval is built (in the scaled frame): enough to differentiate it by hand."""
+
+    u: tuple  # the scaled vertices
+    v: tuple
+    scale: Array
+    normal_u: tuple  # unit normals
+    normal_v: tuple
+    dist_u: list  # u's vertices against v's plane, snapped (shared vertices are exactly 0)
+    dist_v: list
+    lonely_u: Array  # the vertex alone on its side of the other plane (``_segment``'s ``k``)
+    lonely_v: Array
+    segment_u: tuple  # end points of the segment where u crosses v's plane (``_segment``)
+    segment_v: tuple
+    order_u: Array  # the segment's first end point is its lower one along ``direction``
+    order_v: Array
+    direction: tuple  # unit direction of the planes' line
+    valid: Array
+    ends: list  # tc0, tc1, |I_a|, |I_b| in the scaled frame (zero where not valid)
+    # what the rounding analysis of ``_parts`` reads besides
+    shared_u: list  # vertex coincides bitwise with one of the other triangle's
+    shared_v: list
+    ok_u: Array  # not degenerate
+    ok_v: Array
+    raw: list  # the six distances before snapping (shared ones zero)
+    coplanar: Array
+    sine_sq: Array  # |n_u x n_v|^2
+
+
+def _line(ops, u: Triangle, v: Triangle, eps) -> _Line:
+    same, u, v, scale, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(ops, u, v, eps)
+    shared_u = [ops.any_of(*same[i]) for i in range(3)]
+    shared_v = [ops.any_of(*(same[i][j] for i in range(3))) for j in range(3)]
+    snap = eps**2
+    dist_v = [ops.dot(ops.sub(p, u[0]), normal_u) for p in v]  # v's vertices against u's plane
+    dist_u = [ops.dot(ops.sub(p, v[0]), normal_v) for p in u]
+    raw = [jnp.where(s, 0, d) for d, s in zip(dist_u + dist_v, shared_u + shared_v, strict=True)]
+    dist_v = [jnp.where(shared_v[j] | (jnp.abs(d) <= snap), 0, d) for j, d in enumerate(dist_v)]
+    dist_u = [jnp.where(shared_u[i] | (jnp.abs(d) <= snap), 0, d) for i, d in enumerate(dist_u)]
+    tol = _COPLANAR_TOL * eps
+    coplanar = ok_u & ok_v & (ops.maximum(*(jnp.abs(d) for d in dist_u + dist_v)) <= tol)
+
+    pu0, pu1, crosses_u, lonely_u = _segment(ops, u, dist_u)
+    pv0, pv1, crosses_v, lonely_v = _segment(ops, v, dist_v)
+    normal_cross = ops.cross(normal_u, normal_v)
+    sine_sq = ops.dot(normal_cross, normal_cross)
+    ok_d = sine_sq > eps**2
+    direction = ops.scale(normal_cross, jnp.where(ok_d, lax.rsqrt(jnp.where(ok_d, sine_sq, 1)), 0))
+    valid = crosses_u & crosses_v & ok_u & ok_v & ok_d & ~coplanar
+
+    mean = ops.scale(ops.add(ops.add(pu0, pu1), ops.add(pv0, pv1)), 0.25)
+    t = [ops.dot(ops.sub(p, mean), direction) for p in (pu0, pu1, pv0, pv1)]  # used only to order the end points
+    order_u, order_v = t[0] <= t[1], t[2] <= t[3]
+    a_lo, a_hi = ops.where(order_u, pu0, pu1), ops.where(order_u, pu1, pu0)
+    b_lo, b_hi = ops.where(order_v, pv0, pv1), ops.where(order_v, pv1, pv0)
+    # Differences of points, not of t: end points that are the same vertex give exactly zero
+    # however the compiler evaluates the dot products (that is what makes shared vertices exact).
+    ends = [ops.dot(ops.sub(p, q), direction) for p, q in ((a_lo, b_hi), (a_hi, b_lo), (a_hi, a_lo), (b_hi, b_lo))]
+    ends = [jnp.where(valid, e, 0) for e in ends]
+    return _Line(
+        u, v, scale, normal_u, normal_v, dist_u, dist_v, lonely_u, lonely_v, (pu0, pu1), (pv0, pv1), order_u, order_v,
+        direction, valid, ends,
+        shared_u, shared_v, ok_u, ok_v, raw, coplanar, sine_sq,
+    )  # fmt: skip
+
+
 def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
     eps = eps_of(u)
     # Subnormal coordinates read as zero in arithmetic: such a pair is for exact arithmetic.
@@ -188,43 +255,17 @@ def _parts(ops, u: Triangle, v: Triangle) -> _Parts:
     axis_plane = ops.any_of(
         *(ops.all_of(*(_bits(ops.coord(p, c)) == _bits(ops.coord(points[0], c)) for p in points[1:])) for c in range(3))
     )
-    same, u, v, scale, (normal_u, ok_u), (normal_v, ok_v) = _scaled_pair(ops, u, v, eps)
-    shared_u = [ops.any_of(*same[i]) for i in range(3)]
-    shared_v = [ops.any_of(*(same[i][j] for i in range(3))) for j in range(3)]
-    snap = eps**2
-    dist_v = [ops.dot(ops.sub(p, u[0]), normal_u) for p in v]  # v's vertices against u's plane
-    dist_u = [ops.dot(ops.sub(p, v[0]), normal_v) for p in u]
-    raw = [jnp.where(s, 0, d) for d, s in zip(dist_u + dist_v, shared_u + shared_v, strict=True)]
-    dist_v = [jnp.where(shared_v[j] | (jnp.abs(d) <= snap), 0, d) for j, d in enumerate(dist_v)]
-    dist_u = [jnp.where(shared_u[i] | (jnp.abs(d) <= snap), 0, d) for i, d in enumerate(dist_u)]
-    dists = dist_u + dist_v
-
-    tol = _COPLANAR_TOL * eps
-    coplanar = ok_u & ok_v & (ops.maximum(*(jnp.abs(d) for d in dists)) <= tol)
-    overlap_2d, near_2d, touch_2d = _coplanar_overlap(ops, u, v, normal_u, eps)
+    line = _line(ops, u, v, eps)
+    u, v, scale, valid, ends, raw, coplanar = line.u, line.v, line.scale, line.valid, line.ends, line.raw, line.coplanar
+    shared_u, shared_v, ok_u, ok_v = line.shared_u, line.shared_v, line.ok_u, line.ok_v
+    dists = line.dist_u + line.dist_v
+    overlap_2d, near_2d, touch_2d = _coplanar_overlap(ops, u, v, line.normal_u, eps)
     coplanar_overlap = coplanar & overlap_2d
-
-    pu0, pu1, crosses_u = _segment(ops, u, dist_u)
-    pv0, pv1, crosses_v = _segment(ops, v, dist_v)
-    normal_cross = ops.cross(normal_u, normal_v)
-    sine_sq = ops.dot(normal_cross, normal_cross)
-    ok_d = sine_sq > eps**2
-    direction = ops.scale(normal_cross, jnp.where(ok_d, lax.rsqrt(jnp.where(ok_d, sine_sq, 1)), 0))
-    valid = crosses_u & crosses_v & ok_u & ok_v & ok_d & ~coplanar
-
-    mean = ops.scale(ops.add(ops.add(pu0, pu1), ops.add(pv0, pv1)), 0.25)
-    t = [ops.dot(ops.sub(p, mean), direction) for p in (pu0, pu1, pv0, pv1)]  # used only to order the end points
-    a_lo, a_hi = ops.where(t[0] <= t[1], pu0, pu1), ops.where(t[0] <= t[1], pu1, pu0)
-    b_lo, b_hi = ops.where(t[2] <= t[3], pv0, pv1), ops.where(t[2] <= t[3], pv1, pv0)
-    # Differences of points, not of t: end points that are the same vertex give exactly zero
-    # however the compiler evaluates the dot products (that is what makes shared vertices exact).
-    ends = [ops.dot(ops.sub(p, q), direction) for p, q in ((a_lo, b_hi), (a_hi, b_lo), (a_hi, a_lo), (b_hi, b_lo))]
-    ends = [jnp.where(valid, e, 0) for e in ends]
 
     # Rounding distance: a vertex almost on the other plane, interval ends almost meeting (their
     # error grows like 1/sin(angle)), near-parallel planes, near-degenerate faces, close 2-D calls.
     tol = _AMBIGUOUS_TOL * eps
-    sine = jnp.sqrt(sine_sq)
+    sine = jnp.sqrt(line.sine_sq)
     # (on the distances before snapping: a vertex 1e-40 off the plane is snapped onto it, not exactly on it)
     near_plane = ops.any_of(*((d != 0) & (jnp.abs(d) < tol) for d in raw))
     any_nonzero = ops.any_of(*(d != 0 for d in dists))

@@ -1,16 +1,19 @@
 """Layer 1: derivatives of one pair's energy beyond the gradient: the factored, PSD-projected
 Gauss-Newton Hessian of Eq. (4) (``gauss_newton_factor``, what the solvers use) and the dense
 18 x 18 routes (``pair_energy_grad_hessian``: Gauss-Newton or the exact Hessian clamped to PSD).
-All go through the Jacobian of Möller's interval ends ``(tc0, tc1)`` from ``_kernels.interval``."""
+The Gauss-Newton routes go through the Jacobian of Möller's interval ends ``(tc0, tc1)``, derived by
+hand (``interval_jacobian``); the exact one differentiates ``_kernels.interval`` twice by autodiff."""
 
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
-from ._kernels import interval
-from ._safe import safe_divide
+from ._kernels import Interval, _line, interval
+from ._safe import eps_of, safe_divide
 from ._types import Array, Float, Triangle
+from ._vec3 import AOS, pick
 
 
 class GaussNewtonFactor(NamedTuple):
@@ -48,30 +51,123 @@ def _flat_interval(x):
     return tc, (tc, iv.valid)
 
 
-def _project_2x2(c):
-    """Exact projection of a symmetric 2 x 2 matrix onto the PSD cone (closed form, no eigenvectors)."""
-    a, b, d = c[0, 0], 0.5 * (c[0, 1] + c[1, 0]), c[1, 1]
+def _unit_normal_pullback(ops, tri, normal, g):
+    """A cotangent ``g`` of ``tri``'s unit normal, pulled back to its three vertices."""
+    e1, e2 = ops.sub(tri[1], tri[0]), ops.sub(tri[2], tri[0])
+    c = ops.cross(e1, e2)
+    inverse = lax.rsqrt(jnp.maximum(ops.dot(c, c), jnp.finfo(ops.dot(c, c).dtype).tiny))
+    gc = ops.scale(ops.sub(g, ops.scale(normal, ops.dot(g, normal))), inverse)  # d(c / |c|) = (I - n n^T) dc / |c|
+    g1, g2 = ops.cross(e2, gc), ops.cross(gc, e1)  # c = e1 x e2
+    return [ops.scale(ops.add(g1, g2), -1.0), g1, g2]
+
+
+def _segment_pullback(ops, tri, dist, lonely, plane_point, normal, g_ends):
+    """Cotangents of a segment's two end points (``_kernels._segment``), pulled back to ``tri``'s
+    vertices and to the other triangle's plane (its first vertex and unit normal).
+
+    An end point on the edge from the lonely vertex ``a`` to ``b`` is ``a + w (b - a)`` with
+    ``w = d_a / (d_a - d_b)``, ``d = (x - plane_point) . normal``; it is ``b`` itself where ``d_b = 0``."""
+    rotated = [pick(ops, lonely, *(tri[(i + j) % 3] for j in range(3))) for i in range(3)]
+    d = [
+        jnp.where(lonely == 0, dist[i], jnp.where(lonely == 1, dist[(i + 1) % 3], dist[(i + 2) % 3])) for i in range(3)
+    ]
+    zero = ops.scale(rotated[0], 0.0)
+    g_vertex, g_dist = [zero, zero, zero], [0.0, 0.0, 0.0]
+    for i, g in zip((1, 2), g_ends, strict=True):
+        on_plane = (d[i] == 0) | (d[0] == d[i])  # (the second only where the pair is not valid)
+        denominator = jnp.where(on_plane, 1, d[0] - d[i])
+        w = jnp.where(on_plane, 1, d[0] / denominator)
+        s = ops.dot(g, ops.sub(rotated[i], rotated[0]))
+        g_vertex[0] = ops.add(g_vertex[0], ops.scale(g, 1 - w))
+        g_vertex[i] = ops.add(g_vertex[i], ops.scale(g, w))
+        g_dist[0] = g_dist[0] + jnp.where(on_plane, 0, -s * d[i] / denominator**2)
+        g_dist[i] = g_dist[i] + jnp.where(on_plane, 0, s * d[0] / denominator**2)
+    g_point, g_normal = zero, zero
+    for i in range(3):
+        g_vertex[i] = ops.add(g_vertex[i], ops.scale(normal, g_dist[i]))
+        g_point = ops.sub(g_point, ops.scale(normal, g_dist[i]))
+        g_normal = ops.add(g_normal, ops.scale(ops.sub(rotated[i], plane_point), g_dist[i]))
+    # back from the rotated order (rotated[i] = tri[(lonely + i) % 3]) to tri's
+    g_tri = [pick(ops, (m - lonely) % 3, *g_vertex) for m in range(3)]
+    return g_tri, g_point, g_normal
+
+
+def _interval_row(ops, line, c0, c1):
+    """``c0 * d tc0 + c1 * d tc1`` with respect to ``(u0, u1, u2, v0, v1, v2)``: one reverse pass."""
+    u, v, direction = line.u, line.v, line.direction
+    # tc0 = (a_lo - b_hi) . D and tc1 = (a_hi - b_lo) . D, D = (n_u x n_v) / |n_u x n_v|
+    pu, pv = line.segment_u, line.segment_v
+    a_lo, a_hi = ops.where(line.order_u, pu[0], pu[1]), ops.where(line.order_u, pu[1], pu[0])
+    b_lo, b_hi = ops.where(line.order_v, pv[0], pv[1]), ops.where(line.order_v, pv[1], pv[0])
+    g_lo, g_hi = ops.scale(direction, c0), ops.scale(direction, c1)
+    g_pu = [ops.where(line.order_u, g_lo, g_hi), ops.where(line.order_u, g_hi, g_lo)]
+    g_pv = [ops.where(line.order_v, ops.scale(g_hi, -1.0), ops.scale(g_lo, -1.0))]
+    g_pv.append(ops.where(line.order_v, ops.scale(g_lo, -1.0), ops.scale(g_hi, -1.0)))
+    g_direction = ops.add(ops.scale(ops.sub(a_lo, b_hi), c0), ops.scale(ops.sub(a_hi, b_lo), c1))
+    cross = ops.cross(line.normal_u, line.normal_v)
+    inverse = lax.rsqrt(jnp.maximum(ops.dot(cross, cross), jnp.finfo(c0.dtype).tiny))
+    g_cross = ops.scale(ops.sub(g_direction, ops.scale(direction, ops.dot(g_direction, direction))), inverse)
+    g_normal_u, g_normal_v = ops.cross(line.normal_v, g_cross), ops.cross(g_cross, line.normal_u)
+    # u's end points lie on v's plane (through v0, normal n_v), and v's on u's.
+    g_u, g_v0, g_nv = _segment_pullback(ops, u, line.dist_u, line.lonely_u, v[0], line.normal_v, g_pu)
+    g_v, g_u0, g_nu = _segment_pullback(ops, v, line.dist_v, line.lonely_v, u[0], line.normal_u, g_pv)
+    g_u[0], g_v[0] = ops.add(g_u[0], g_u0), ops.add(g_v[0], g_v0)
+    for g_tri, tri, normal, g_n in (
+        (g_u, u, line.normal_u, ops.add(g_normal_u, g_nu)),
+        (g_v, v, line.normal_v, ops.add(g_normal_v, g_nv)),
+    ):
+        for i, g in enumerate(_unit_normal_pullback(ops, tri, normal, g_n)):
+            g_tri[i] = ops.add(g_tri[i], g)
+    return [ops.coord(g, c) for g in g_u + g_v for c in range(3)]
+
+
+def _project_2x2(a, b, d):
+    """Exact projection of the symmetric 2 x 2 matrix ``[[a, b], [b, d]]`` onto the PSD cone (closed
+    form, no eigenvectors)."""
     mean = 0.5 * (a + d)
     radius = jnp.sqrt(0.25 * (a - d) ** 2 + b**2)
     high, low = mean + radius, mean - radius
-    sym = jnp.array([[a, b], [b, d]])
+    sym = jnp.stack([jnp.stack([a, b]), jnp.stack([b, d])])
     # low < 0 < high: keep high * (its eigenprojector) = high * (C - low I) / (high - low).
-    split = high * safe_divide(sym - low * jnp.eye(2, dtype=c.dtype), 2 * radius)
+    split = high * safe_divide(sym - low * jnp.eye(2, dtype=sym.dtype), 2 * radius)
     return jnp.where(low >= 0, sym, jnp.where(high <= 0, jnp.zeros_like(sym), split))
 
 
 def _orthonormal_rows(j):
-    """Gram-Schmidt of the two rows of ``j``: ``j = r @ q`` with ``q`` orthonormal (zero rows if rank < 2)."""
+    """Gram-Schmidt of the two rows of ``j``: ``j = r @ q`` with ``q`` orthonormal (zero rows if rank
+    < 2) and ``r = [[norm0, 0], [r10, norm1]]``, returned as ``(norm0, r10, norm1), q``.
+
+    Two passes over ``j`` (the products of the first, then those of the remainder), each a few
+    reductions that XLA fuses into one loop."""
     norm0 = jnp.sqrt(jnp.dot(j[0], j[0]))
     q0 = safe_divide(j[0], norm0)
     r10 = jnp.dot(j[1], q0)
     rest = j[1] - r10 * q0
-    again = jnp.dot(rest, q0)  # re-orthogonalise ("twice is enough"): nearly parallel rows lose it once
-    rest, r10 = rest - again * q0, r10 + again
-    norm1 = jnp.sqrt(jnp.dot(rest, rest))
-    q1 = safe_divide(rest, norm1)
-    r = jnp.array([[norm0, 0], [r10, norm1]], dtype=j.dtype)
-    return r, jnp.stack([q0, q1])
+    # re-orthogonalise ("twice is enough": nearly parallel rows lose orthogonality once); |q0| = 1,
+    # so the remainder's norm after the correction is sqrt(|rest|^2 - again^2)
+    again, rest_sq = jnp.dot(rest, q0), jnp.dot(rest, rest)
+    norm1 = jnp.sqrt(jnp.maximum(rest_sq - again**2, 0))
+    q1 = safe_divide(rest - again * q0, norm1)
+    return (norm0, r10 + again, norm1), jnp.stack([q0, q1])
+
+
+def interval_jacobian(u: Triangle, v: Triangle):
+    """``(interval, jacobian)``: Möller's interval (as [`interval`][tritri_jax.interval] gives it) and
+    the 2 x 18 Jacobian of its ends ``(tc0, tc1)`` with respect to ``(u0, u1, u2, v0, v1, v2)``, derived by hand.
+
+    The ends are homogeneous of degree one, so the Jacobian in ``_kernels``' scaled frame is the
+    Jacobian itself. One reverse pass per end through the steps of ``_kernels._line`` (segment end
+    points on the other plane, the planes' unit normals, the line's direction), with the branches
+    that the interval took. Under ``jax.vmap`` it is faster than ``jax.jacrev`` of
+    [`interval`][tritri_jax.interval] (``benchmarks/pair_kernels.py``); it is plain JAX, so it can
+    itself be differentiated.
+    """
+    line = _line(AOS, u, v, eps_of(u))
+    one = jnp.ones_like(line.scale)
+    rows = [_interval_row(AOS, line, one, 0 * one), _interval_row(AOS, line, 0 * one, one)]
+    jacobian = jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+    jacobian = jnp.where(line.valid[..., None, None], jacobian, 0)
+    return Interval(line.ends[0] * line.scale, line.ends[1] * line.scale, line.valid), jacobian
 
 
 def gauss_newton_factor(u: Triangle, v: Triangle, *, margin=0.0) -> GaussNewtonFactor:
@@ -97,17 +193,19 @@ def gauss_newton_factor(u: Triangle, v: Triangle, *, margin=0.0) -> GaussNewtonF
 
     ```
     """
-    x = jnp.concatenate([u.reshape(-1), v.reshape(-1)])
-    jacobian, (tc, valid) = jax.jacrev(_flat_interval, has_aux=True)(x)
-    lo, hi = tc[0] - margin, tc[1] + margin
-    active = valid & (lo < 0) & (hi > 0)
-    zero = jnp.zeros((), x.dtype)
+    # Materialised once: otherwise XLA fuses the Jacobian's whole computation into each of its
+    # consumers below and repeats it (the factor ran 10 % slower than with jax.jacrev)
+    iv, jacobian = lax.optimization_barrier(interval_jacobian(u, v))
+    lo, hi = iv.tc0 - margin, iv.tc1 + margin
+    active = iv.valid & (lo < 0) & (hi > 0)
+    zero = jnp.zeros((), lo.dtype)
     lo, hi = jnp.where(active, lo, zero), jnp.where(active, hi, zero)
     energy = (lo * hi) ** 2
-    gradient = jacobian.T @ jnp.stack([2 * lo * hi**2, 2 * hi * lo**2])
-    k = jnp.array([[2 * hi**2, 4 * lo * hi], [4 * lo * hi, 2 * lo**2]], dtype=x.dtype)
-    r, basis = _orthonormal_rows(jacobian)
-    core = _project_2x2(r.T @ k @ r)
+    gradient = jacobian[0] * (2 * lo * hi**2) + jacobian[1] * (2 * hi * lo**2)
+    k00, k01, k11 = 2 * hi**2, 4 * lo * hi, 2 * lo**2
+    (a, b, c), basis = _orthonormal_rows(jacobian)
+    # r^T K r with r = [[a, 0], [b, c]], written out (a batch of 2 x 2 products runs as tiny dots)
+    core = _project_2x2(k00 * a**2 + 2 * k01 * a * b + k11 * b**2, c * (k01 * a + k11 * b), k11 * c**2)
     jacobian = jnp.where(active, jacobian, 0)
     return GaussNewtonFactor(energy=energy, gradient=gradient, jacobian=jacobian, basis=basis, core=core)
 
@@ -166,7 +264,11 @@ def pair_energy_grad_hessian(u: Triangle, v: Triangle, *, hessian: str = "gauss_
     """
     factor = gauss_newton_factor(u, v, margin=margin)
     if hessian == "gauss_newton":
-        hess = factor.basis.T @ factor.core @ factor.basis
+        # basis^T core basis as two outer products (broadcast multiplies: under vmap XLA fuses them,
+        # where a batch of 18 x 2 x 18 matrix products runs as many tiny ones), from the factor
+        # materialised once (not recomputed inside each of the 324 entries)
+        (b0, b1), c = lax.optimization_barrier((factor.basis, factor.core))
+        hess = (b0 * c[0, 0] + b1 * c[1, 0])[:, None] * b0 + (b0 * c[0, 1] + b1 * c[1, 1])[:, None] * b1
     elif hessian == "exact":
         x = jnp.concatenate([u.reshape(-1), v.reshape(-1)])
         hess = _project_psd(_exact_hessian(x, margin))
