@@ -2,7 +2,7 @@
 Gauss-Newton Hessian of Eq. (4) (``gauss_newton_factor``, what the solvers use) and the dense
 18 x 18 routes (``pair_energy_grad_hessian``: Gauss-Newton or the exact Hessian clamped to PSD).
 The Gauss-Newton routes go through the Jacobian of Möller's interval ends ``(tc0, tc1)``, derived by
-hand (``interval_jacobian``); the exact one differentiates ``_kernels.interval`` twice by autodiff."""
+hand (``interval_jacobian``); the exact one adds their second derivatives, ``jax.jacfwd`` of it."""
 
 from typing import NamedTuple
 
@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._kernels import Interval, _line, interval
+from ._kernels import Interval, _line
 from ._safe import eps_of, safe_divide
 from ._types import Array, Float, Triangle
 from ._vec3 import AOS, pick
@@ -42,13 +42,6 @@ class GaussNewtonFactor(NamedTuple):
     jacobian: Float[Array, "2 18"]
     basis: Float[Array, "2 18"]
     core: Float[Array, "2 2"]
-
-
-def _flat_interval(x):
-    u, v = x[:9].reshape(3, 3), x[9:].reshape(3, 3)
-    iv = interval(u, v)
-    tc = jnp.stack([iv.tc0, iv.tc1])
-    return tc, (tc, iv.valid)
 
 
 def _unit_normal_pullback(ops, tri, normal, g):
@@ -219,14 +212,13 @@ def _project_psd(h):
 def _exact_hessian(x, margin):
     """Exact Hessian by the chain rule through (tc0, tc1): $J^T K J + \\sum_i \\partial_i T\\, \\nabla^2 t_i$."""
 
-    def tc_of(y):
-        return _flat_interval(y)[0]
+    def jacobian_of(y):
+        return interval_jacobian(y[:9].reshape(3, 3), y[9:].reshape(3, 3))
 
-    tc, valid = _flat_interval(x)[1]
-    jacobian = jax.jacrev(tc_of)(x)
-    second = jax.jacfwd(jax.jacrev(tc_of))(x)  # (2, 18, 18)
-    lo, hi = tc[0] - margin, tc[1] + margin
-    active = valid & (lo < 0) & (hi > 0)
+    iv, jacobian = jacobian_of(x)
+    second = jax.jacfwd(lambda y: jacobian_of(y)[1])(x)  # (2, 18, 18): forward mode over the hand Jacobian
+    lo, hi = iv.tc0 - margin, iv.tc1 + margin
+    active = iv.valid & (lo < 0) & (hi > 0)
     g_tc = jnp.stack([2 * lo * hi**2, 2 * hi * lo**2])
     k = jnp.array([[2 * hi**2, 4 * lo * hi], [4 * lo * hi, 2 * lo**2]], dtype=x.dtype)
     h = jacobian.T @ k @ jacobian + jnp.einsum("i,ijk->jk", g_tc, second)
