@@ -105,6 +105,13 @@ def _unit_normal(ops, tri, eps):
     return ops.scale(normal, inverse), ok
 
 
+def _rotated(ops, k, tri, dist):
+    """``tri``'s vertices and their distances in the order ``k, k + 1, k + 2`` (mod 3)."""
+    tri_r = [pick(ops, k, *(tri[(i + j) % 3] for j in range(3))) for i in range(3)]
+    dist_r = [jnp.where(k == 0, dist[i], jnp.where(k == 1, dist[(i + 1) % 3], dist[(i + 2) % 3])) for i in range(3)]
+    return tri_r, dist_r
+
+
 def _segment(ops, tri, dist):
     """End points of the segment where ``tri`` crosses a plane, from its vertices' signed distances,
     whether it crosses, and the lonely vertex ``k``.
@@ -119,8 +126,7 @@ def _segment(ops, tri, dist):
         (sign[i] != 0) & (sign[i] * sign[(i + 1) % 3] <= 0) & (sign[i] * sign[(i + 2) % 3] <= 0) for i in range(3)
     ]
     k = jnp.where(lonely[0], 0, jnp.where(lonely[1], 1, jnp.where(lonely[2], 2, 0)))
-    tri_r = [pick(ops, k, *(tri[(i + j) % 3] for j in range(3))) for i in range(3)]
-    dist_r = [jnp.where(k == 0, dist[i], jnp.where(k == 1, dist[(i + 1) % 3], dist[(i + 2) % 3])) for i in range(3)]
+    tri_r, dist_r = _rotated(ops, k, tri, dist)
 
     def end_point(i):
         denominator = dist_r[0] - dist_r[i]
