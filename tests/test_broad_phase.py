@@ -100,3 +100,21 @@ def test_both_sort_paths_agree():
     for _, order in (packed, pairs):
         np.testing.assert_array_equal(keys[order], packed[0])
         assert sorted(np.asarray(order).tolist()) == list(range(5000))
+
+
+_part = jax.jit(lambda v, f, index, parts: tt.candidate_pairs(v, f, capacity=1 << 13, part=(index, parts)))
+
+
+@pytest.mark.parametrize("parts", [1, 3, 8])
+def test_the_parts_split_the_candidates_without_overlap(parts):
+    vertices, faces = tt.scenes.sphere(8)  # with a huge triangle: its pairs are shared out too
+    giant = np.array([[-1e3, -1e3, 0.1], [1e3, -1e3, 0.1], [0, 1e3, 0.1]])
+    v = jnp.asarray(np.concatenate([vertices, giant]))
+    f = jnp.asarray(np.concatenate([faces, [[len(v) - 3, len(v) - 2, len(v) - 1]]]))
+    shares = [_part(v, f, index, parts) for index in range(parts)]
+    found = [_as_set(share.pairs, share.count) for share in shares]
+    assert sum(map(len, found)) == sum(int(share.count) for share in shares)
+    assert sum(map(len, found)) == len(set().union(*found)), "a pair in two parts"
+    assert set().union(*found) == set(map(tuple, np.asarray(brute_force_candidates(v, f)).tolist()))
+    if parts > 1:
+        assert max(map(len, found)) < 0.75 * sum(map(len, found)), "the parts are uneven"

@@ -5,7 +5,8 @@ Layers, bottom to top (each module imports only modules before it in this list):
 1. one pair: ``_safe``, ``_vec3``, ``_kernels`` (interval, predicates, energy), ``_pair_hessian``
    (the Gauss-Newton factor and dense Hessians), ``_distance``
    (primitive distances, IPC's barrier), ``_exact`` (integer orientation predicates);
-2. broad phase: ``_sizes`` (the shape ladder), ``_broad_phase`` (spatial hash grid);
+2. broad phase: ``_sizes`` (the shape ladder), ``_devices`` (device meshes), ``_broad_phase``
+   (spatial hash grid);
 3. over a mesh: ``_mesh_energy`` (checks, gather / scatter, energies), ``_topology`` (coincident
    vertices, the mesh a solver moves, ``mesh_report``), ``_detect`` (the detection pipeline),
    ``_contours`` (intersection curves and the regions they bound),

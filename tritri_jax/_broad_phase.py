@@ -117,6 +117,7 @@ def candidate_pairs(
     include_shared_edges: bool = False,
     padding=0.0,
     num_faces=None,
+    part=None,
 ) -> CandidatePairs:
     """Face pairs whose AABBs overlap and which share no edge: a superset of the crossing pairs.
 
@@ -138,6 +139,9 @@ def candidate_pairs(
       ``2 * padding`` are candidates too (a neighbour list for distance-based energies).
     - ``num_faces`` (may be traced): only the first ``num_faces`` rows of ``faces`` are faces; the
       rest is shape padding that no pair involves and that changes nothing else (default: all).
+    - ``part``: ``(index, count)`` (``index`` may be traced): enumerate only the ``index``-th of
+      ``count`` equal shares of the grid's raw pairs, so that ``count`` devices each find a disjoint
+      part of the candidates (``count`` and ``capacity`` are then this part's). Default: all.
 
     **Returns:** [`CandidatePairs`][tritri_jax.CandidatePairs].
 
@@ -229,8 +233,9 @@ def candidate_pairs(
         return ok, jnp.stack([jnp.minimum(b, k), jnp.maximum(b, k)], axis=1)
 
     chunk = min(_CHUNK, max(1024, 8 * rows))
-    pairs, count = stream_expand(emit_grid, per_entry, chunk, empty.pairs)
-    pairs, count = stream_expand(emit_big, jnp.where(big, rows, 0).astype(jnp.int32), chunk, pairs, count)
+    pairs, count = stream_expand(emit_grid, per_entry, chunk, empty.pairs, part=part)
+    big_rows = jnp.where(big, rows, 0).astype(jnp.int32)
+    pairs, count = stream_expand(emit_big, big_rows, chunk, pairs, count, part=part)
     return CandidatePairs(pairs=pairs, count=count, overflowed=count > capacity)
 
 
@@ -268,11 +273,12 @@ def _sort_keys(keys, pack=None):
     return lax.sort((keys, index), num_keys=2)
 
 
-def stream_expand(emit, counts, chunk: int, out, count=0):
+def stream_expand(emit, counts, chunk: int, out, count=0, part=None):
     """Enumerate the items of segments in chunks and append the rows ``emit`` keeps to ``out``.
 
     Segment ``s`` holds ``counts[s]`` items ``k = 0 .. counts[s] - 1``; ``emit(segments, ks)`` gets
-    ``(chunk,)`` arrays of both and returns ``(keep, rows)`` as for ``stream_compact``.
+    ``(chunk,)`` arrays of both and returns ``(keep, rows)`` as for ``stream_compact``. With ``part``
+    ``(index, parts)`` only the ``index``-th of ``parts`` equal shares of all items is enumerated.
     Each slot's segment is found without a binary search: the non-empty segments' start slots are
     scattered into the chunk and carried forward with a running maximum.
     """
@@ -293,14 +299,26 @@ def stream_expand(emit, counts, chunk: int, out, count=0):
         owner = jnp.full((chunk,), first, jnp.int32).at[jnp.where(inside, offset, chunk)].max(window, mode="drop")
         owner = jnp.minimum(lax.cummax(owner), num_segments - 1)
         keep, rows = emit(live[owner], slot - starts[owner])
-        return keep & (slot < ends[-1]), rows
+        return keep & (slot < stop), rows
 
-    return stream_compact(emit_slots, ends[-1], chunk, out, count)
+    begin, stop = share(ends[-1], part)
+    return stream_compact(emit_slots, stop, chunk, out, count, begin=begin)
 
 
-def stream_compact(emit, total, chunk: int, out, count=0):
-    """Run ``emit`` over slots ``0 .. total-1`` in chunks (a ``lax.while_loop``), appending the rows it
-    keeps to the buffers ``out`` (a PyTree of arrays with a common leading size, the capacity).
+def share(total, part):
+    """The slots ``[begin, stop)`` of the ``index``-th of ``parts`` near-equal shares of ``total``
+    (``part = (index, parts)``; ``None``: all of them)."""
+    if part is None:
+        return jnp.zeros((), jnp.int32), total
+    index, parts = part
+    size, extra = total // parts, total % parts
+    begin = index * size + jnp.minimum(index, extra)
+    return begin.astype(jnp.int32), (begin + size + (index < extra)).astype(jnp.int32)
+
+
+def stream_compact(emit, total, chunk: int, out, count=0, begin=0):
+    """Run ``emit`` over slots ``begin .. total-1`` in chunks (a ``lax.while_loop``), appending the rows
+    it keeps to the buffers ``out`` (a PyTree of arrays with a common leading size, the capacity).
 
     ``emit(slots)`` returns ``(keep, rows)`` for an ``(chunk,)`` array of slot indices (slots at or
     past ``total`` must come back with ``keep`` false). Returns ``(out, count)``: ``count`` is the
@@ -316,7 +334,7 @@ def stream_compact(emit, total, chunk: int, out, count=0):
         out = jax.tree_util.tree_map(lambda buffer, row: buffer.at[where].set(row, mode="drop"), out, rows)
         return start + chunk, out, count + jnp.sum(keep, dtype=jnp.int32)
 
-    start = (jnp.zeros((), jnp.int32), out, jnp.asarray(count, jnp.int32))
+    start = (jnp.asarray(begin, jnp.int32), out, jnp.asarray(count, jnp.int32))
     _, out, count = lax.while_loop(lambda s: s[0] < total, body, start)
     return out, count
 

@@ -2,6 +2,7 @@
 (each stage streamed over the previous one's survivors), then exact settling of the few pairs within
 rounding distance of flipping, on the host (``_exact``)."""
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from . import _exact
 from ._broad_phase import candidate_pairs, stream_compact
+from ._devices import sharded_axis, to_host
 from ._kernels import certainly_apart, classify
 from ._memory import releasable_jit, release_if_crowded
 from ._mesh_energy import check_mesh, pair_triangles, pairs_energy
@@ -62,10 +64,12 @@ def detect_on_device(
     skip_vertex_adjacent: bool = False,
     include_shared_edges: bool = True,
     num_faces=None,
+    part=None,
 ) -> Detection:
     """Broad phase, plane-side early-out and float kernel, all inside ``jit``, each stage streamed over
     the previous stage's actual count (not its capacity), so that the kernels run on the few pairs
-    that need them. ``num_faces``: as in ``candidate_pairs`` (the rows past it are shape padding)."""
+    that need them. ``num_faces`` and ``part``: as in ``candidate_pairs`` (the rows past
+    ``num_faces`` are shape padding; ``part`` makes this one device's share)."""
     candidates = candidate_pairs(
         vertices,
         faces,
@@ -74,6 +78,7 @@ def detect_on_device(
         skip_vertex_adjacent=skip_vertex_adjacent,
         include_shared_edges=include_shared_edges,
         num_faces=num_faces,
+        part=part,
     )
     return judge_pairs(
         vertices,
@@ -121,35 +126,58 @@ def judge_pairs(
     return Detection(rows, crossing, ambiguous, num_flagged, count, num_survivors)
 
 
-_detect_on_device_jit = releasable_jit(
-    detect_on_device,
-    static_argnames=(
-        "capacity",
-        "survivor_capacity",
-        "flagged_capacity",
-        "skip_vertex_adjacent",
-        "include_shared_edges",
-    ),
-)
+def _detect_on_devices(vertices, faces, *, device_mesh, cell_size=None, num_faces=None, **options) -> Detection:
+    """``detect_on_device`` over a one-axis device mesh: every device builds the grid, enumerates its
+    share of the raw pairs and judges the candidates among them; the fields get a leading device
+    axis (buffers and counts per device, sharded over the mesh)."""
+    axis = sharded_axis(device_mesh)
+
+    def local(vertices, faces, cell_size, num_faces):
+        part = (jax.lax.axis_index(axis), device_mesh.shape[axis])
+        found = detect_on_device(vertices, faces, cell_size=cell_size, num_faces=num_faces, part=part, **options)
+        return jax.tree.map(lambda x: x[None], found)
+
+    replicated = jax.sharding.PartitionSpec()
+    return jax.shard_map(
+        local,
+        mesh=device_mesh,
+        in_specs=(replicated,) * 4,
+        out_specs=jax.sharding.PartitionSpec(axis),
+        check_vma=False,  # the while-loops' buffers start replicated and end per device
+    )(vertices, faces, cell_size, num_faces)
 
 
-def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False, num_faces=None):
+_CAPACITIES = ("capacity", "survivor_capacity", "flagged_capacity", "skip_vertex_adjacent", "include_shared_edges")
+_detect_on_device_jit = releasable_jit(detect_on_device, static_argnames=_CAPACITIES)
+_detect_on_devices_jit = releasable_jit(_detect_on_devices, static_argnames=(*_CAPACITIES, "device_mesh"))
+
+
+def detect(
+    vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjacent=False, num_faces=None, device_mesh=None
+):
     """Eager detection: the device pipeline of ``detect_on_device`` with capacities grown on overflow,
     then exact settling of the ambiguous pairs on the host. With ``num_faces`` the rows of ``faces``
     past it are shape padding (``_sizes.pad_mesh``), and the capacities follow the padded shape so
-    that every mesh of one bucket shares them.
+    that every mesh of one bucket shares them. With ``device_mesh`` the candidates are split over
+    its devices (``_detect_on_devices``); the capacities are then per device.
 
     Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
     """
     rows = faces.shape[0]
     num_faces = rows if num_faces is None else num_faces
-    capacity = capacity or default_capacity(rows)
+    # Each of several devices holds about 1 / devices of the pairs: buffers for twice that share.
+    share = rows if device_mesh is None else -(-2 * rows // max(2, device_mesh.size))
+    capacity = capacity or default_capacity(share)
     # A buffer that fills up means a second compile, so they start with room: the stress families
     # have up to ~2.4 survivors per face, and more than 2 flagged (small crumpled sheets); the
     # flagged pairs are a subset of the survivors, so their buffer is as large.
-    survivor_capacity = flagged_capacity = bucket(4 * rows)
+    survivor_capacity = flagged_capacity = bucket(4 * share)
+    if device_mesh is None:
+        run = _detect_on_device_jit
+    else:
+        run = functools.partial(_detect_on_devices_jit, device_mesh=device_mesh)
     while True:
-        found = _detect_on_device_jit(
+        found = run(
             vertices,
             faces,
             capacity=capacity,
@@ -159,9 +187,12 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
             skip_vertex_adjacent=skip_vertex_adjacent,
             num_faces=np.int32(num_faces),
         )
+        found = Detection(
+            *(to_host(x) if device_mesh is not None else to_host(x)[None] for x in found)
+        )  # (devices, ...)
         # Every full buffer grows at once (one recompile, not one per stage); a stage behind a full
         # one saw only part of its input, so its count is scaled up by the share it missed.
-        counts = (int(found.num_candidates), int(found.num_survivors), int(found.num_flagged))
+        counts = tuple(int(np.max(c)) for c in (found.num_candidates, found.num_survivors, found.num_flagged))
         sizes = [capacity, survivor_capacity, flagged_capacity]
         if all(c <= s for c, s in zip(counts, sizes, strict=True)):
             break
@@ -172,9 +203,12 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
             if estimate > sizes[k]:
                 sizes[k] = bucket(estimate)
         capacity, survivor_capacity, flagged_capacity = sizes
-    n = int(found.num_flagged)
-    # Sliced on the host: a device slice would compile once per capacity.
-    pairs, crossing, ambiguous = (np.array(x)[:n] for x in (found.pairs, found.crossing, found.ambiguous))
+    # Each device's first num_flagged rows, sliced on the host (a device slice would compile once per
+    # capacity).
+    kept = [
+        (found.pairs[d][:n], found.crossing[d][:n], found.ambiguous[d][:n]) for d, n in enumerate(found.num_flagged)
+    ]
+    pairs, crossing, ambiguous = (np.concatenate(x) for x in zip(*kept, strict=True))
     if ambiguous.any():
         v, f = np.asarray(vertices, np.float64), np.asarray(faces)
         for k in np.flatnonzero(ambiguous):
@@ -184,7 +218,13 @@ def detect(vertices, faces, *, capacity=None, cell_size=None, skip_vertex_adjace
 
 
 def find_intersections(
-    vertices: Vertices, faces: Faces, *, skip_vertex_adjacent: bool = False, cell_size=None, weld: bool = True
+    vertices: Vertices,
+    faces: Faces,
+    *,
+    skip_vertex_adjacent: bool = False,
+    cell_size=None,
+    weld: bool = True,
+    device_mesh=None,
 ):
     """All crossing face pairs of a mesh, as a sorted ``(K, 2)`` numpy array of ``(i, j)``, ``i < j``.
 
@@ -217,6 +257,10 @@ def find_intersections(
     - ``skip_vertex_adjacent``: skip every pair that shares a vertex, as the paper does.
     - ``cell_size``: broad-phase grid cell size (default: derived from the faces' extents).
     - ``weld``: vertices at identical coordinates are one vertex (the default), or only by index.
+    - ``device_mesh``: a one-axis ``jax.sharding.Mesh`` to split the work over (every device builds
+      the grid and judges its share of the candidate pairs; the same pairs as on one device), or
+      ``None``: one device. A mesh spanning several processes (``jax.distributed``) works too: every
+      process passes the same mesh and gets all the pairs.
 
     ```python
     >>> import numpy as np, tritri_jax as tt
@@ -233,6 +277,8 @@ def find_intersections(
     ```
     """
     vertices, faces = check_mesh(vertices, faces)
+    if device_mesh is not None:
+        sharded_axis(device_mesh)
     if faces.shape[0] < 2:
         return np.zeros((0, 2), np.int64)
     num_faces = faces.shape[0]
@@ -240,8 +286,14 @@ def find_intersections(
     welded = welded_faces(v_np, f_np)
     padded = pad_mesh(v_np, welded)
     shapes = (padded[0].shape, padded[1].shape, str(padded[0].dtype))
-    release_if_crowded(("find_intersections", *shapes, cell_size is None, skip_vertex_adjacent))
-    pairs, _ = detect(*padded, cell_size=cell_size, skip_vertex_adjacent=skip_vertex_adjacent, num_faces=num_faces)
+    release_if_crowded(("find_intersections", *shapes, cell_size is None, skip_vertex_adjacent, device_mesh))
+    pairs, _ = detect(
+        *padded,
+        cell_size=cell_size,
+        skip_vertex_adjacent=skip_vertex_adjacent,
+        num_faces=num_faces,
+        device_mesh=device_mesh,
+    )
     if not weld and welded is not f_np:
         extra = index_contacts(v_np, f_np, skip_vertex_adjacent=skip_vertex_adjacent)
         pairs = np.unique(np.concatenate([np.sort(pairs, axis=1), extra]), axis=0)

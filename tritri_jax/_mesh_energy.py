@@ -6,6 +6,7 @@ keeps each pair's Gauss-Newton factor (a 2 x 18 orthonormal basis and a 2 x 2 PS
 gather, two small contractions per pair and one segment sum.
 """
 
+import functools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._broad_phase import CandidatePairs, candidate_pairs
+from ._devices import sharded_axis
 from ._kernels import crossing_length, pair_energy
 from ._pair_hessian import gauss_newton_factor
 from ._sizes import default_capacity
@@ -118,6 +120,7 @@ def intersection_energy(
     capacity: int | None = None,
     cell_size=None,
     skip_vertex_adjacent: bool = False,
+    device_mesh=None,
 ) -> Float[Array, ""]:
     """Sum of the pair energies of all crossing pairs of a mesh: $E = \\sum_{(i,j)} T(f_i, f_j)$.
 
@@ -134,6 +137,11 @@ def intersection_energy(
       length $\\ell$ of [`crossing_length`][tritri_jax.crossing_length]).
     - ``capacity``, ``cell_size``, ``skip_vertex_adjacent``: broad-phase options of
       [`candidate_pairs`][tritri_jax.candidate_pairs].
+    - ``device_mesh``: a one-axis ``jax.sharding.Mesh``: every device builds the grid and evaluates
+      its share of the candidate pairs, and the shares are summed across devices (``capacity`` is
+      then per device, by default twice an even share); ``None``: one device. The gradient and
+      higher derivatives go through it; eagerly, on a mesh with explicit axes (the default of
+      ``jax.make_mesh``), take them inside ``with jax.set_mesh(device_mesh):``, as JAX requires.
 
     ```python
     >>> import jax, tritri_jax as tt
@@ -149,8 +157,55 @@ def intersection_energy(
     vertices, faces = check_mesh(vertices, faces)
     if faces.shape[0] < 2:
         return jnp.zeros((), vertices.dtype) + 0 * jnp.sum(vertices)
+    if device_mesh is not None:
+        sharded_axis(device_mesh)
+        if capacity is None:  # each device holds about 1 / devices of the pairs: room for twice that
+            capacity = default_capacity(-(-2 * faces.shape[0] // max(2, device_mesh.size)))
+        energy, overflowed = _energy_on_devices(
+            vertices,
+            faces,
+            margin,
+            cell_size,
+            measure=measure,
+            capacity=capacity,
+            skip_vertex_adjacent=skip_vertex_adjacent,
+            device_mesh=device_mesh,
+        )
+        return eqx.error_if(
+            energy, overflowed, "broad phase overflow: more candidate pairs than `capacity` on a device"
+        )
     candidates = candidates_for(vertices, faces, capacity, skip_vertex_adjacent, cell_size)
     return pairs_energy(vertices, faces, candidates.pairs, pair_mask(candidates), margin=margin, measure=measure)
+
+
+@functools.partial(jax.jit, static_argnames=("measure", "capacity", "skip_vertex_adjacent", "device_mesh"))
+def _energy_on_devices(vertices, faces, margin, cell_size, *, measure, capacity, skip_vertex_adjacent, device_mesh):
+    """``intersection_energy`` with each device's share of the raw pairs (``candidate_pairs``' ``part``)
+    and an overflow flag. Jitted, so that its derivatives run as compiled code on any device mesh
+    (eagerly, a mesh with explicit axes cannot place their scalars)."""
+    axis = sharded_axis(device_mesh)
+
+    def local(vertices, faces, margin, cell_size):
+        part = (jax.lax.axis_index(axis), device_mesh.shape[axis])
+        candidates = candidate_pairs(
+            jax.lax.stop_gradient(vertices),
+            faces,
+            capacity=capacity,
+            cell_size=cell_size,
+            skip_vertex_adjacent=skip_vertex_adjacent,
+            part=part,
+        )
+        energy = pairs_energy(vertices, faces, candidates.pairs, pair_mask(candidates), margin=margin, measure=measure)
+        return jax.lax.psum(energy, axis), jax.lax.pmax(candidates.overflowed, axis)
+
+    replicated = jax.sharding.PartitionSpec()
+    return jax.shard_map(
+        local,
+        mesh=device_mesh,
+        in_specs=(replicated,) * 4,
+        out_specs=(replicated, replicated),
+        check_vma=False,  # the broad phase's while-loops' buffers start replicated and end per device
+    )(vertices, faces, margin, cell_size)
 
 
 def pairs_energy(vertices, faces, pairs, mask, *, margin=0.0, measure="energy"):
