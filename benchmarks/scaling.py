@@ -128,7 +128,7 @@ for size in args.sizes:
             memory = f"{per_device / 2**20:,.0f} MB"
             gathered = f"{count * flagged * 10 / 2**20:,.1f} MB"  # (pair, two flags) per slot, every device
             capacity = bucket(int(1.25 * counts.max()))
-        energy_cells = "| | | |"
+        energy_cells = "| | | | |"
         if size <= args.energy_max:
             run = energy_rows(vertices, faces, mesh, capacity)
             energy_compile, _ = first(run)

@@ -191,13 +191,19 @@ def gauss_newton_factor(u: Triangle, v: Triangle, *, margin=0.0) -> GaussNewtonF
     zero = jnp.zeros((), lo.dtype)
     lo, hi = jnp.where(active, lo, zero), jnp.where(active, hi, zero)
     energy = (lo * hi) ** 2
-    gradient = jacobian[0] * (2 * lo * hi**2) + jacobian[1] * (2 * hi * lo**2)
-    k00, k01, k11 = 2 * hi**2, 4 * lo * hi, 2 * lo**2
+    (g0, g1), (k00, k01, k11) = _energy_derivatives(lo, hi)
+    gradient = jacobian[0] * g0 + jacobian[1] * g1
     (a, b, c), basis = _orthonormal_rows(jacobian)
     # r^T K r with r = [[a, 0], [b, c]], written out (a batch of 2 x 2 products runs as tiny dots)
     core = _project_2x2(k00 * a**2 + 2 * k01 * a * b + k11 * b**2, c * (k01 * a + k11 * b), k11 * c**2)
     jacobian = jnp.where(active, jacobian, 0)
     return GaussNewtonFactor(energy=energy, gradient=gradient, jacobian=jacobian, basis=basis, core=core)
+
+
+def _energy_derivatives(lo, hi):
+    """The derivatives of $T = (t_{c0} t_{c1})^2$ in the interval ends $(t_{c0}, t_{c1})$ = ``(lo, hi)``:
+    the gradient ``(T_0, T_1)`` and the Hessian ``K`` as ``(K_00, K_01, K_11)``."""
+    return (2 * lo * hi**2, 2 * hi * lo**2), (2 * hi**2, 4 * lo * hi, 2 * lo**2)
 
 
 def _project_psd(h):
@@ -216,8 +222,9 @@ def _exact_hessian(x, margin):
     second = jax.jacfwd(lambda y: jacobian_of(y)[1])(x)  # (2, 18, 18): forward mode over the hand Jacobian
     lo, hi = iv.tc0 - margin, iv.tc1 + margin
     active = iv.valid & (lo < 0) & (hi > 0)
-    g_tc = jnp.stack([2 * lo * hi**2, 2 * hi * lo**2])
-    k = jnp.array([[2 * hi**2, 4 * lo * hi], [4 * lo * hi, 2 * lo**2]], dtype=x.dtype)
+    (g0, g1), (k00, k01, k11) = _energy_derivatives(lo, hi)
+    g_tc = jnp.stack([g0, g1])
+    k = jnp.array([[k00, k01], [k01, k11]], dtype=x.dtype)
     h = jacobian.T @ k @ jacobian + jnp.einsum("i,ijk->jk", g_tc, second)
     return jnp.where(active, h, 0)
 
