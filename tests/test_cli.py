@@ -138,4 +138,10 @@ def test_check_goes_on_past_bad_files_and_names_each(tmp_path):
     assert "5 meshes: 1 clean, 0 intersecting, 4 unreadable" in result.stdout
     for name in ("b.ply", "c.off", "d.obj", "e.stl"):
         assert str(folder / name) in result.stderr
+    result = _cli("check", str(folder), "--part", "1/2")  # every second file from the second: b, d
+    assert result.returncode == 2 and str(folder / "d.obj") in result.stderr, result.stderr
+    assert "2 meshes (part 1/2 of 5): 0 clean, 0 intersecting, 2 unreadable" in result.stdout
+    assert str(folder / "c.off") not in result.stderr
+    result = _cli("check", str(folder), "--part", "2/2")
+    assert result.returncode == 2 and "0 <= I < N" in result.stderr
     assert "Traceback" not in result.stderr

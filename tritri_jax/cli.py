@@ -122,6 +122,17 @@ def _mesh_files(paths):
     return files, len(paths) > 1 or any(os.path.isdir(path) for path in paths)
 
 
+def _part(text):
+    """``--part I/N`` as ``(I, N)``, ``0 <= I < N``."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected I/N, for example 0/4") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"{text!r}: I/N needs 0 <= I < N")
+    return index, count
+
+
 def _meshes_bar(files, mode):
     """A tqdm bar over several mesh files (on a terminal, or always with ``mode="on"``)."""
     if len(files) < 2 or mode == "off" or (mode == "auto" and not sys.stderr.isatty()):
@@ -225,6 +236,12 @@ def main(argv=None):
     untangle.add_argument("--method", default="length", choices=["length", "paper"], help="phase-1 route")
     untangle.add_argument("--progress", default="auto", choices=["auto", "on", "off"], help=progress_help)
     untangle.add_argument("-v", "--verbose", action="store_true", help="compile time per jitted function")
+    part_help = (
+        "I/N: only every N-th mesh file from the I-th (0-based), so that N processes (one per GPU or host) "
+        "share a batch; the summary counts this part's meshes"
+    )
+    for command in (check, untangle):
+        command.add_argument("--part", type=_part, help=part_help)
     args = parser.parse_args(argv)
     _setup_jax()
     from tritri_jax import scenes
@@ -239,6 +256,11 @@ def main(argv=None):
             result = _untangle(vertices, faces, label, args.output, True, {}, progress=args.progress)
             return 0 if bool(result.converged) else 1
         files, several = _mesh_files(args.mesh)
+        scope = "meshes"
+        if getattr(args, "part", None):
+            index, count = args.part
+            scope = f"meshes (part {index}/{count} of {len(files)})"
+            files, several = files[index::count], True
         if args.command == "check":
             found = errors = 0
             for path in _meshes_bar(files, "auto"):
@@ -252,7 +274,7 @@ def main(argv=None):
                     print(f"tritri-jax: error: {error}", file=sys.stderr)
             if several:
                 clean = len(files) - found - errors
-                print(f"{len(files)} meshes: {clean} clean, {found} intersecting, {errors} unreadable")
+                print(f"{len(files)} {scope}: {clean} clean, {found} intersecting, {errors} unreadable")
             return 2 if errors else 1 if found else 0
         if several:
             if args.picture:
@@ -286,7 +308,7 @@ def main(argv=None):
                 errors += 1  # a batch goes on past a bad file, and says so at the end
                 print(f"tritri-jax: error: {path}: {error}", file=sys.stderr)
         if several:
-            print(f"{len(files)} meshes: {len(files) - failed - errors} untangled, {failed} not, {errors} unreadable")
+            print(f"{len(files)} {scope}: {len(files) - failed - errors} untangled, {failed} not, {errors} unreadable")
         return 2 if errors else 1 if failed else 0
     except ValueError as error:
         print(f"tritri-jax: error: {error}", file=sys.stderr)
