@@ -20,10 +20,11 @@ local attempt starts from it. Host-side NumPy/SciPy: it runs once per stalled at
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components, dijkstra
+from scipy.sparse.csgraph import dijkstra
 
 from ._contours import curve_regions, face_adjacency, face_areas, intersection_curves
 from ._detect import find_intersections
+from ._topology import vertex_components
 
 # Each candidate costs one exact detection, which grows with the face count: per move, only the
 # longest curves and a bounded number of tries.
@@ -37,13 +38,6 @@ def _normal(x, faces, chosen):
     total = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]).sum(0)
     norm = np.linalg.norm(total)
     return total / norm if norm > 0 else total
-
-
-def _vertex_components(faces, num_vertices):
-    rows = np.repeat(faces[:, 0], 2)
-    cols = faces[:, 1:].ravel()
-    graph = sp.coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(num_vertices, num_vertices))
-    return connected_components(graph, directed=False)[1]
 
 
 def _clear_component(x, moving, fixed, directions, margin):
@@ -101,7 +95,7 @@ def global_moves(x, faces, edges, remaining, unit: float, max_moves: int, *, ori
     x, faces = np.asarray(x), np.asarray(faces)
     origin = None if origin is None else np.asarray(origin, np.float64)
     dtype = x.dtype
-    component = _vertex_components(faces, len(x))
+    component = vertex_components(faces, len(x))
     face_component = component[faces[:, 0]]
     adjacency = face_adjacency(faces)
     moves = 0

@@ -219,6 +219,17 @@ class MeshReport(NamedTuple):
         return found
 
 
+def vertex_components(faces, num_vertices: int) -> np.ndarray:
+    """Each vertex's connected component (a label; vertices joined by the faces' edges, and a
+    vertex in no face on its own)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    rows, cols = np.repeat(faces[:, 0], 2), faces[:, 1:].ravel()
+    graph = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(num_vertices, num_vertices))
+    return connected_components(graph, directed=False)[1]
+
+
 def mesh_report(vertices, faces) -> MeshReport:
     """Count what a mesh holds besides its triangles: duplicate and unreferenced vertices, degenerate
     and repeated faces, boundary, non-manifold and inconsistently oriented edges, components.
@@ -237,9 +248,6 @@ def mesh_report(vertices, faces) -> MeshReport:
 
     ```
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     vertices, faces = check_mesh(vertices, faces)
     v, f = np.asarray(vertices), np.asarray(faces, np.int64)
     num_vertices = len(v)
@@ -265,8 +273,7 @@ def mesh_report(vertices, faces) -> MeshReport:
     forward = np.add.reduceat((half[order, 0] < half[order, 1]).astype(np.int64), starts) if len(key) else count
     components = 0
     if len(triangles):
-        graph = coo_matrix((np.ones(len(half)), (half[:, 0], half[:, 1])), shape=(num_vertices, num_vertices)).tocsr()
-        _, labels = connected_components(graph, directed=False)
+        labels = vertex_components(triangles, num_vertices)
         used = np.zeros(num_vertices, bool)
         used[triangles.reshape(-1)] = True
         components = int(np.count_nonzero(np.bincount(labels[used])))
