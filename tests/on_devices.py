@@ -1,7 +1,8 @@
 """Runs in a subprocess of ``test_devices``: JAX fixes its device count when it starts.
 
 ``python tests/on_devices.py sharded``: 8 simulated CPU devices; prints, as JSON, how one mesh's
-pairs, energy, gradient and Hessian-vector product on 1, 2 and 8 of them compare with no device mesh.
+pairs, energy, gradient and Hessian-vector product on 1, 2 and 8 of them compare with no device mesh,
+and ``untangle``'s phase 1 on all 8 with it on none.
 
 ``python tests/on_devices.py process INDEX PORT``: one of two processes (``jax.distributed`` over
 localhost, two CPU devices each, one device mesh over all four); prints the pairs, the energy and
@@ -55,6 +56,16 @@ def sharded():
         got = measures(vertices, faces, direction, device_mesh)
         errors = [float(np.max(np.abs(a - b)) / np.max(np.abs(b))) for a, b in zip(got, reference, strict=True)]
         report[count] = {"same_pairs": bool(np.array_equal(found, pairs)), "relative_errors": errors}
+    # untangle's phase 1 (phase 2 runs on one device either way)
+    vertices, faces = tt.scenes.two_spheres(6)
+    alone = tt.untangle(vertices, faces, relax=False)
+    shared = tt.untangle(vertices, faces, relax=False, device_mesh=jax.make_mesh((8,), ("devices",)))
+    report["untangle"] = {
+        "converged": [bool(alone.converged), bool(shared.converged)],
+        "iterations": [int(alone.iterations), int(shared.iterations)],
+        "largest_difference": float(np.max(np.abs(np.asarray(alone.vertices) - np.asarray(shared.vertices)))),
+        "size": float(np.ptp(vertices, axis=0).max()),
+    }
     print(json.dumps(report))
 
 

@@ -24,7 +24,7 @@ def _last_json_line(output):
 
 
 @pytest.mark.slow
-def test_one_two_and_eight_devices_give_the_same_pairs_energy_gradient_and_hessian_product():
+def test_one_two_and_eight_devices_give_the_same_pairs_energy_gradient_hessian_product_and_untangling():
     run = subprocess.run([sys.executable, SCRIPT, "sharded"], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     report = _last_json_line(run.stdout)
@@ -32,6 +32,9 @@ def test_one_two_and_eight_devices_give_the_same_pairs_energy_gradient_and_hessi
     for count in ("1", "2", "8"):
         assert report[count]["same_pairs"], count
         assert max(report[count]["relative_errors"]) < 1e-12, (count, report[count])
+    untangled = report["untangle"]
+    assert untangled["converged"] == [True, True] and untangled["iterations"][0] == untangled["iterations"][1]
+    assert untangled["largest_difference"] < 1e-9 * untangled["size"], untangled  # the pairs' order: round-off
 
 
 @pytest.mark.slow
@@ -71,3 +74,5 @@ def test_a_device_mesh_must_be_a_one_axis_jax_mesh():
     two_axes = jax.make_mesh((1, 1), ("a", "b"))
     with pytest.raises(ValueError, match="one axis"):
         tt.intersection_energy(vertices, faces, device_mesh=two_axes)
+    with pytest.raises(ValueError, match="device_mesh must be a jax.sharding.Mesh"):
+        tt.untangle(vertices, faces, device_mesh="cpu")

@@ -126,7 +126,7 @@ def judge_pairs(
     return Detection(rows, crossing, ambiguous, num_flagged, count, num_survivors)
 
 
-def _detect_on_devices(vertices, faces, *, device_mesh, cell_size=None, num_faces=None, **options) -> Detection:
+def detect_on_devices(vertices, faces, *, device_mesh, cell_size=None, num_faces=None, **options) -> Detection:
     """``detect_on_device`` over a one-axis device mesh: every device builds the grid, enumerates its
     share of the raw pairs and judges the candidates among them; the fields get a leading device
     axis (buffers and counts per device, sharded over the mesh)."""
@@ -149,7 +149,7 @@ def _detect_on_devices(vertices, faces, *, device_mesh, cell_size=None, num_face
 
 _CAPACITIES = ("capacity", "survivor_capacity", "flagged_capacity", "skip_vertex_adjacent", "include_shared_edges")
 _detect_on_device_jit = releasable_jit(detect_on_device, static_argnames=_CAPACITIES)
-_detect_on_devices_jit = releasable_jit(_detect_on_devices, static_argnames=(*_CAPACITIES, "device_mesh"))
+_detect_on_devices_jit = releasable_jit(detect_on_devices, static_argnames=(*_CAPACITIES, "device_mesh"))
 
 
 def detect(
@@ -159,7 +159,7 @@ def detect(
     then exact settling of the ambiguous pairs on the host. With ``num_faces`` the rows of ``faces``
     past it are shape padding (``_sizes.pad_mesh``), and the capacities follow the padded shape so
     that every mesh of one bucket shares them. With ``device_mesh`` the candidates are split over
-    its devices (``_detect_on_devices``); the capacities are then per device.
+    its devices (``detect_on_devices``); the capacities are then per device.
 
     Returns ``(pairs, capacity used)`` with ``pairs`` a numpy ``(K, 2)`` array (unsorted).
     """

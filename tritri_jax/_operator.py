@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._devices import sharded_axis
 from ._mesh_energy import check_mesh
 from ._types import Array, Int
 from ._untangle import (
@@ -189,6 +190,8 @@ def options_from(options: dict) -> UntangleOptions:
         raise ValueError(f"local_reach must be True, False or 'auto', got {settings.local_reach!r}")
     if settings.gradient_fallback not in GRADIENT_FALLBACKS:
         raise ValueError(f"gradient_fallback must be one of {GRADIENT_FALLBACKS}, got {settings.gradient_fallback!r}")
+    if settings.device_mesh is not None:
+        sharded_axis(settings.device_mesh)
     return settings
 
 

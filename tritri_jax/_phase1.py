@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.sparse.linalg import cg
 
-from ._detect import detect_on_device, find_intersections
+from ._detect import detect_on_device, detect_on_devices, find_intersections
 from ._elastic import laplacian_matrix
 from ._fairing import fair_crossings
 from ._global import global_moves
@@ -57,20 +57,36 @@ class Capacities(NamedTuple):
         return Capacities(*(2 * c for c in self))
 
 
-def crossing_pairs(x, faces, capacities: Capacities, num_faces=None):
+def crossing_pairs(x, faces, capacities: Capacities, num_faces=None, device_mesh=None):
     """The pairs the float predicate calls crossing (``pairs``, ``crossing`` mask) and an overflow flag.
-    ``num_faces``: as in ``candidate_pairs`` (the rows of ``faces`` past it are shape padding)."""
-    found = detect_on_device(
-        x,
-        faces,
+    ``num_faces``: as in ``candidate_pairs`` (the rows of ``faces`` past it are shape padding).
+    ``device_mesh``: each device finds its share of the pairs (``_detect.detect_on_devices``;
+    ``capacities`` per device); all of them come back replicated, in the order one device finds
+    them (with empty rows between the shares), so that what follows computes what it would on one."""
+    options = dict(
         capacity=capacities.candidates,
         survivor_capacity=capacities.survivors,
         flagged_capacity=capacities.flagged,
         include_shared_edges=False,
         num_faces=num_faces,
     )
-    crossing = found.crossing & found.mask()
-    return found.pairs, crossing, found.overflowed(capacities.candidates, capacities.survivors)
+    if device_mesh is None:
+        found = detect_on_device(x, faces, **options)
+        crossing = found.crossing & found.mask()
+        return found.pairs, crossing, found.overflowed(capacities.candidates, capacities.survivors)
+    found = detect_on_devices(x, faces, device_mesh=device_mesh, **options)
+    rows = found.pairs.shape[1]
+    kept = jnp.arange(rows) < jnp.minimum(found.num_flagged, rows)[:, None]
+    everywhere = jax.sharding.NamedSharding(device_mesh, jax.sharding.PartitionSpec())
+    pairs, crossing = (
+        jax.sharding.reshard(a.reshape(-1, *a.shape[2:]), everywhere) for a in (found.pairs, found.crossing & kept)
+    )
+    overflowed = (
+        (found.num_candidates > capacities.candidates)
+        | (found.num_survivors > capacities.survivors)
+        | (found.num_flagged > rows)
+    )
+    return pairs, crossing, jnp.any(overflowed)
 
 
 def length_gradient(x, faces, pairs, crossing):
@@ -106,6 +122,7 @@ def _phase1(
     *,
     capacities,
     patience,
+    device_mesh=None,
 ):
     """Phase-1 steps from ``state`` until no float crossing, ``step_limit`` steps, or an overflow.
 
@@ -129,7 +146,7 @@ def _phase1(
         return (s.step < step_limit) & (s.count != 0) & ~s.overflowed
 
     def body(s):
-        pairs, crossing, overflowed = crossing_pairs(s.x, faces, capacities, num_faces)
+        pairs, crossing, overflowed = crossing_pairs(s.x, faces, capacities, num_faces, device_mesh)
         count = jnp.sum(crossing).astype(jnp.int32)
         # a full buffer undercounts: such a count is no minimum (it would pin the best state to the
         # point where the buffer overflowed, whatever later steps reach); the wrapper grows the
@@ -166,7 +183,7 @@ def _phase1(
     return lax.while_loop(cond, body, state)
 
 
-phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "patience"))
+phase1_jit = releasable_jit(_phase1, static_argnames=("capacities", "patience", "device_mesh"))
 
 
 class Phase1(NamedTuple):
@@ -242,6 +259,7 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> 
                 cg_iters,
                 capacities=capacities,
                 patience=settings.patience,
+                device_mesh=settings.device_mesh,
             )
             if bool(state.overflowed):
                 capacities = capacities.doubled()
@@ -252,7 +270,7 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> 
             if int(state.count) != 0 and int(state.step) < settings.max_steps:
                 continue
             x1 = jnp.asarray(np.asarray(state.x if int(state.count) == 0 else state.best_x)[:num_vertices])
-            remaining = find_intersections(x1, problem.faces)
+            remaining = find_intersections(x1, problem.faces, device_mesh=settings.device_mesh)
             if len(remaining) and int(state.count) == 0 and int(state.step) < settings.max_steps:
                 state = state._replace(count=jnp.int32(-1))  # exact check disagrees (touching): keep going
                 continue

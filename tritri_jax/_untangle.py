@@ -56,6 +56,10 @@ class UntangleOptions(NamedTuple):
     ``barrier_weight`` $\\kappa$;
     ``relax_step``: the largest vertex move per Newton step, in ``h``.
     ``capacity``: broad-phase slots of phase 1 (default ``16 F``, grown on overflow).
+    ``device_mesh``: a one-axis ``jax.sharding.Mesh`` over which phase 1's detection (every step's
+    and the exact checks') is split, as in [`find_intersections`][tritri_jax.find_intersections];
+    the rest runs as on one device, with the same result; phase 2 runs on one device. ``None``: one
+    device.
     ``gradient_fallback``: what the VJP does where the implicit gradient is not available (the
     result is not phase 2's stationary point: ``relax=False``, phase 2 stopped short, or the result
     is not certified; or the adjoint CG solve stops above a relative residual of ``1e-8``):
@@ -103,6 +107,7 @@ class UntangleOptions(NamedTuple):
     fairing_steps: int = 8
     global_moves: int = 10
     gradient_fallback: str = "raise"
+    device_mesh: jax.sharding.Mesh | None = None
 
 
 GRADIENT_FALLBACKS = ("raise", "approximate", "zero")
@@ -372,7 +377,8 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
             growth=10.0,
             cg_iters=100,
         )
-        remaining, steps, fairing, moves = find_intersections(x1, problem.faces), int(newton_steps), 0, 0
+        remaining = find_intersections(x1, problem.faces, device_mesh=settings.device_mesh)
+        steps, fairing, moves = int(newton_steps), 0, 0
         history = tuple(np.asarray(r) for r in rounds)
     else:
         floor = sizes.phase1 if sizes else None
@@ -392,7 +398,7 @@ def _solve(v_np, f_np, settings: UntangleOptions, progress, sizes: Sizes | None 
         relaxed = padded[: x1.shape[0]]
         if progress:
             progress("relax", relax_stats[0], relax_stats[0])
-        if len(find_intersections(relaxed, problem.faces)) == 0:
+        if len(find_intersections(relaxed, problem.faces, device_mesh=settings.device_mesh)) == 0:
             final, prepared = relaxed, (theta, setup, padded)
             status = IMPLICIT if relax_stats[3] < STATIONARY else APPROXIMATE
     vjp = Vjp(problem if len(f_np) > 1 else None, settings, final, status, relax_stats[3], prepared)
