@@ -13,12 +13,10 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "")
-    + " --xla_force_host_platform_device_count="
-    + ("8" if sys.argv[1] == "sharded" else "2")
-)
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if __name__ == "__main__":  # (imported by the tests for ``mesh``: then nothing here may touch JAX's set-up)
+    devices = "8" if sys.argv[1] == "sharded" else "2"
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=" + devices
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
