@@ -187,9 +187,9 @@ def detect(
             skip_vertex_adjacent=skip_vertex_adjacent,
             num_faces=np.int32(num_faces),
         )
-        found = Detection(
-            *(to_host(x) if device_mesh is not None else to_host(x)[None] for x in found)
-        )  # (devices, ...)
+        found = Detection(*(to_host(x) for x in found))
+        if device_mesh is None:  # as one device of several: every field (devices, ...)
+            found = Detection(*(x[None] for x in found))
         # Every full buffer grows at once (one recompile, not one per stage); a stage behind a full
         # one saw only part of its input, so its count is scaled up by the share it missed.
         counts = tuple(int(np.max(c)) for c in (found.num_candidates, found.num_survivors, found.num_flagged))
