@@ -42,14 +42,16 @@ class Detection(NamedTuple):
     num_survivors: Int[Array, ""]
 
     def mask(self):
-        """Which rows of ``pairs`` hold a pair."""
-        return jnp.arange(self.pairs.shape[0]) < jnp.minimum(self.num_flagged, self.pairs.shape[0])
+        """Which rows of ``pairs`` hold a pair (per device, for ``detect_on_devices``' fields)."""
+        rows = self.pairs.shape[-2]
+        return jnp.arange(rows) < jnp.minimum(self.num_flagged, rows)[..., None]
 
     def overflowed(self, capacity, survivor_capacity):
+        """Whether a buffer filled up (per device, for ``detect_on_devices``' fields)."""
         return (
             (self.num_candidates > capacity)
             | (self.num_survivors > survivor_capacity)
-            | (self.num_flagged > self.pairs.shape[0])
+            | (self.num_flagged > self.pairs.shape[-2])
         )
 
 

@@ -61,8 +61,9 @@ def crossing_pairs(x, faces, capacities: Capacities, num_faces=None, device_mesh
     """The pairs the float predicate calls crossing (``pairs``, ``crossing`` mask) and an overflow flag.
     ``num_faces``: as in ``candidate_pairs`` (the rows of ``faces`` past it are shape padding).
     ``device_mesh``: each device finds its share of the pairs (``_detect.detect_on_devices``;
-    ``capacities`` per device); all of them come back replicated, in the order one device finds
-    them (with empty rows between the shares), so that what follows computes what it would on one."""
+    ``capacities`` per device); all of them come back replicated (each device's buffer in turn, so
+    a big face's pairs come in its device's share, not last as on one device), and what follows
+    computes what it would on one device, up to the order of the pairs' sums."""
     options = dict(
         capacity=capacities.candidates,
         survivor_capacity=capacities.survivors,
@@ -75,18 +76,10 @@ def crossing_pairs(x, faces, capacities: Capacities, num_faces=None, device_mesh
         crossing = found.crossing & found.mask()
         return found.pairs, crossing, found.overflowed(capacities.candidates, capacities.survivors)
     found = detect_on_devices(x, faces, device_mesh=device_mesh, **options)
-    rows = found.pairs.shape[1]
-    kept = jnp.arange(rows) < jnp.minimum(found.num_flagged, rows)[:, None]
     everywhere = jax.sharding.NamedSharding(device_mesh, jax.sharding.PartitionSpec())
-    pairs, crossing = (
-        jax.sharding.reshard(a.reshape(-1, *a.shape[2:]), everywhere) for a in (found.pairs, found.crossing & kept)
-    )
-    overflowed = (
-        (found.num_candidates > capacities.candidates)
-        | (found.num_survivors > capacities.survivors)
-        | (found.num_flagged > rows)
-    )
-    return pairs, crossing, jnp.any(overflowed)
+    crossing = found.crossing & found.mask()
+    pairs, crossing = (jax.sharding.reshard(a.reshape(-1, *a.shape[2:]), everywhere) for a in (found.pairs, crossing))
+    return pairs, crossing, jnp.any(found.overflowed(capacities.candidates, capacities.survivors))
 
 
 def length_gradient(x, faces, pairs, crossing):
