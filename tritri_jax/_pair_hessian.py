@@ -127,17 +127,18 @@ def _orthonormal_rows(j):
     """Gram-Schmidt of the two rows of ``j``: ``j = r @ q`` with ``q`` orthonormal (zero rows if rank
     < 2) and ``r = [[norm0, 0], [r10, norm1]]``, returned as ``(norm0, r10, norm1), q``.
 
-    Two passes over ``j`` (the products of the first, then those of the remainder), each a few
-    reductions that XLA fuses into one loop."""
+    Two passes over ``j``, each a pair of dot products that XLA fuses into one loop: ``j0 . j0`` and
+    ``j0 . j1`` (so ``r10 = j1 . q0`` without waiting for ``q0``), then those of the remainder. The
+    second pass re-orthogonalises ("twice is enough": nearly parallel rows lose orthogonality once)."""
     norm0 = jnp.sqrt(jnp.dot(j[0], j[0]))
-    q0 = safe_divide(j[0], norm0)
-    r10 = jnp.dot(j[1], q0)
+    inverse0 = safe_divide(jnp.ones_like(norm0), norm0)
+    r10 = jnp.dot(j[0], j[1]) * inverse0
+    q0 = j[0] * inverse0
     rest = j[1] - r10 * q0
-    # re-orthogonalise ("twice is enough": nearly parallel rows lose orthogonality once); |q0| = 1,
-    # so the remainder's norm after the correction is sqrt(|rest|^2 - again^2)
+    # |q0| = 1, so the remainder's norm after the correction is sqrt(|rest|^2 - again^2)
     again, rest_sq = jnp.dot(rest, q0), jnp.dot(rest, rest)
     norm1 = jnp.sqrt(jnp.maximum(rest_sq - again**2, 0))
-    q1 = safe_divide(rest - again * q0, norm1)
+    q1 = (rest - again * q0) * safe_divide(jnp.ones_like(norm1), norm1)
     return (norm0, r10 + again, norm1), jnp.stack([q0, q1])
 
 
