@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _exact
 from ._broad_phase import candidate_pairs, stream_compact
-from ._devices import sharded_axis, to_host
+from ._devices import on_each_device, sharded_axis, share_of, to_host
 from ._kernels import certainly_apart, classify
 from ._memory import releasable_jit, release_if_crowded
 from ._mesh_energy import check_mesh, pair_triangles, pairs_energy
@@ -132,21 +132,12 @@ def detect_on_devices(vertices, faces, *, device_mesh, cell_size=None, num_faces
     """``detect_on_device`` over a one-axis device mesh: every device builds the grid, enumerates its
     share of the raw pairs and judges the candidates among them; the fields get a leading device
     axis (buffers and counts per device, sharded over the mesh)."""
-    axis = sharded_axis(device_mesh)
 
-    def local(vertices, faces, cell_size, num_faces):
-        part = (jax.lax.axis_index(axis), device_mesh.shape[axis])
+    def local(part, vertices, faces, cell_size, num_faces):
         found = detect_on_device(vertices, faces, cell_size=cell_size, num_faces=num_faces, part=part, **options)
         return jax.tree.map(lambda x: x[None], found)
 
-    replicated = jax.sharding.PartitionSpec()
-    return jax.shard_map(
-        local,
-        mesh=device_mesh,
-        in_specs=(replicated,) * 4,
-        out_specs=jax.sharding.PartitionSpec(axis),
-        check_vma=False,  # the while-loops' buffers start replicated and end per device
-    )(vertices, faces, cell_size, num_faces)
+    return on_each_device(local, device_mesh, (vertices, faces, cell_size, num_faces), "sharded")
 
 
 _CAPACITIES = ("capacity", "survivor_capacity", "flagged_capacity", "skip_vertex_adjacent", "include_shared_edges")
@@ -167,8 +158,7 @@ def detect(
     """
     rows = faces.shape[0]
     num_faces = rows if num_faces is None else num_faces
-    # Each of several devices holds about 1 / devices of the pairs: buffers for twice that share.
-    share = rows if device_mesh is None else -(-2 * rows // max(2, device_mesh.size))
+    share = share_of(rows, device_mesh)
     capacity = capacity or default_capacity(share)
     # A buffer that fills up means a second compile, so they start with room: the stress families
     # have up to ~2.4 survivors per face, and more than 2 flagged (small crumpled sheets); the

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._broad_phase import CandidatePairs, candidate_pairs
-from ._devices import sharded_axis
+from ._devices import on_each_device, sharded_axis, share_of
 from ._kernels import crossing_length, pair_energy
 from ._pair_hessian import gauss_newton_factor
 from ._sizes import default_capacity
@@ -159,8 +159,8 @@ def intersection_energy(
         return jnp.zeros((), vertices.dtype) + 0 * jnp.sum(vertices)
     if device_mesh is not None:
         sharded_axis(device_mesh)
-        if capacity is None:  # each device holds about 1 / devices of the pairs: room for twice that
-            capacity = default_capacity(-(-2 * faces.shape[0] // max(2, device_mesh.size)))
+        if capacity is None:
+            capacity = default_capacity(share_of(faces.shape[0], device_mesh))
         energy, overflowed = _energy_on_devices(
             vertices,
             faces,
@@ -183,10 +183,8 @@ def _energy_on_devices(vertices, faces, margin, cell_size, *, measure, capacity,
     """``intersection_energy`` with each device's share of the raw pairs (``candidate_pairs``' ``part``)
     and an overflow flag. Jitted, so that its derivatives run as compiled code on any device mesh
     (eagerly, a mesh with explicit axes cannot place their scalars)."""
-    axis = sharded_axis(device_mesh)
 
-    def local(vertices, faces, margin, cell_size):
-        part = (jax.lax.axis_index(axis), device_mesh.shape[axis])
+    def local(part, vertices, faces, margin, cell_size):
         candidates = candidate_pairs(
             jax.lax.stop_gradient(vertices),
             faces,
@@ -196,16 +194,10 @@ def _energy_on_devices(vertices, faces, margin, cell_size, *, measure, capacity,
             part=part,
         )
         energy = pairs_energy(vertices, faces, candidates.pairs, pair_mask(candidates), margin=margin, measure=measure)
+        axis = device_mesh.axis_names[0]
         return jax.lax.psum(energy, axis), jax.lax.pmax(candidates.overflowed, axis)
 
-    replicated = jax.sharding.PartitionSpec()
-    return jax.shard_map(
-        local,
-        mesh=device_mesh,
-        in_specs=(replicated,) * 4,
-        out_specs=(replicated, replicated),
-        check_vma=False,  # the broad phase's while-loops' buffers start replicated and end per device
-    )(vertices, faces, margin, cell_size)
+    return on_each_device(local, device_mesh, (vertices, faces, margin, cell_size), ((), ()))
 
 
 def pairs_energy(vertices, faces, pairs, mask, *, margin=0.0, measure="energy"):
