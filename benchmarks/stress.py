@@ -1,8 +1,8 @@
 """The stress suite: ``untangle`` on meshes nobody tuned it on, family x size x seed x dtype.
 
 Every case comes from ``tritri_jax.scenes.stress_case`` (overlapping copies of closed surfaces, deep
-folds, uneven tessellations, pokes through thin parts, open sheets, several components), at about
-the requested face counts, its shape drawn from the seed. A case succeeds when libigl's exact
+folds, uneven tessellations, pokes through thin parts, open sheets, several components, random smooth
+warps of space), at about the requested face counts, its shape drawn from the seed. A case succeeds when libigl's exact
 predicates find no crossing pair in the output and the worst edge ratio (to the input's edges) is at
 least 0.3; ``untangle`` claiming ``converged`` where libigl finds a pair is a false success, reported
 on its own. The time is after compile: the first case of each mesh shape and dtype is run twice and

@@ -25,6 +25,8 @@ def test_clean_bases_are_closed_and_intersection_free(make):
     edges = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
     _, counts = np.unique(edges, axis=0, return_counts=True)
     assert np.all(counts == 2)  # closed and manifold: every edge has two faces
+    directed = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+    assert len(np.unique(directed, axis=0)) == len(directed)  # consistently oriented: each way once
     assert len(libigl_pairs(vertices, faces)) == 0
 
 
@@ -65,7 +67,17 @@ def test_deformations_do_not_modify_their_input():
     scenes.poke(vertices, faces, seed=1)
     scenes.overlapping_copies(vertices, faces, seed=2)
     scenes.scatter_copies(vertices, faces, seed=3)
+    scenes.warp(vertices, seed=4)
     np.testing.assert_array_equal(vertices, before)
+
+
+def test_a_weak_warp_keeps_a_clean_mesh_clean_and_a_strong_one_folds_it():
+    vertices, faces = scenes.torus(10)
+    weak = scenes.warp(vertices, strength=0.05, twist=0.2, squash=0.2, seed=0)
+    assert 0 < np.abs(weak - vertices).max() and len(libigl_pairs(weak, faces)) == 0
+    strong = scenes.warp(vertices, strength=0.8, twist=2.5, squash=1.5, seed=0)
+    assert len(libigl_pairs(strong, faces)) > 0
+    np.testing.assert_array_equal(strong, scenes.warp(vertices, strength=0.8, twist=2.5, squash=1.5, seed=0))
 
 
 def test_unknown_family_is_a_clear_error():

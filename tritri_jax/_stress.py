@@ -15,6 +15,7 @@ from .scenes import (
     scatter_copies,
     sphere,
     torus,
+    warp,
 )
 
 
@@ -55,3 +56,15 @@ def draw(family, target_faces, seed, shape_seed, rng):
         per = target_faces / count
         base = sphere(resolution(4, per)) if seed % 2 == 0 else capsule(resolution(7.8, per), radius=0.4)
         return scatter_copies(*base, count=count, spread=1.5, seed=shape_seed)
+    if family == "warp":
+        kind = seed % 4
+        if kind == 0:
+            v, f = sphere(resolution(4, target_faces))
+        elif kind == 1:
+            v, f = torus(resolution(6, target_faces), minor=rng.uniform(0.15, 0.4))
+        elif kind == 2:
+            v, f = capsule(resolution(14, target_faces), radius=0.3, length=3.0)
+        else:
+            v, f = crumpled_sheet(resolution(2, target_faces), amplitude=0.0)
+        strength, twist, squash = rng.uniform(0.3, 0.8), rng.uniform(0, 3), rng.uniform(0, 1.6)
+        return warp(v, strength=strength, twist=twist, squash=squash, seed=shape_seed), f

@@ -6,7 +6,7 @@ the dtype you work in. The meshes are deterministic (the random ones take a ``se
 
 Besides the four built-in scenes (``SCENES``) there are clean closed surfaces (``sphere``, ``torus``,
 ``capsule``, ``knot_tube``, ``graded_torus``), ways to make them intersect (``overlapping_copies``,
-``bend``, ``poke``, ``scatter_copies``), the stress families built from them (``stress_case``:
+``bend``, ``poke``, ``scatter_copies``, ``warp``), the stress families built from them (``stress_case``:
 one family at about a given face count, drawn from a seed), which `benchmarks/stress.py` runs, and
 ``subdivide`` (the same surface with four times the faces, its crossings unchanged), the Klein
 bottle (``klein_bottle``: closed, or punctured) and the tangles of ``tangle`` (cloth layers pushed
@@ -23,6 +23,33 @@ through each other, a sheet through a ring, ...: the cases `benchmarks/tangles.p
 
 import numpy as np
 
+from ._deformations import bend, join_meshes, overlapping_copies, poke, scatter_copies, subdivide, warp
+
+__all__ = [
+    "SCENES",
+    "STRESS_FAMILIES",
+    "TANGLES",
+    "bend",
+    "capsule",
+    "crumpled_sheet",
+    "folded_sheet",
+    "graded_torus",
+    "join_meshes",
+    "klein_bottle",
+    "knot_tube",
+    "overlapping_copies",
+    "poke",
+    "scatter_copies",
+    "sphere",
+    "stress_case",
+    "subdivide",
+    "tangle",
+    "torus",
+    "twisted_torus",
+    "two_spheres",
+    "warp",
+]
+
 
 def _grid_faces(rows, cols, wrap_cols=False, wrap_rows=False):
     """Triangulated (rows x cols) vertex grid, optionally periodic."""
@@ -36,27 +63,6 @@ def _grid_faces(rows, cols, wrap_cols=False, wrap_rows=False):
 
     a, b, c, d = index(i, j), index(i, j + 1), index(i + 1, j), index(i + 1, j + 1)
     return np.concatenate([np.stack([a, b, d], 1), np.stack([a, d, c], 1)]).astype(np.int32)
-
-
-def join_meshes(*parts):
-    """Several meshes as one: ``parts`` are ``(vertices, faces)`` pairs; their vertices are stacked
-    (float64) and each part's faces renumbered after the parts before it (int32). No parts give the
-    empty mesh.
-
-    ```python
-    >>> from tritri_jax import scenes
-    >>> vertices, faces = scenes.join_meshes(scenes.sphere(4), scenes.torus(4))
-    >>> vertices.shape, faces.shape, int(faces.max()) + 1 == len(vertices)
-    ((74, 3), (144, 3), True)
-
-    ```
-    """
-    if not parts:
-        return np.zeros((0, 3)), np.zeros((0, 3), np.int32)
-    offsets = np.cumsum([0] + [len(v) for v, _ in parts[:-1]])
-    vertices = np.concatenate([np.asarray(v, np.float64).reshape(-1, 3) for v, _ in parts])
-    faces = np.concatenate([np.asarray(f).reshape(-1, 3) + o for (_, f), o in zip(parts, offsets, strict=True)])
-    return vertices, faces.astype(np.int32)
 
 
 def sphere(n: int = 16, radius: float = 1.0, centre=(0.0, 0.0, 0.0)):
@@ -237,9 +243,9 @@ def capsule(n: int = 16, radius: float = 0.3, length: float = 2.0):
     vertices = np.concatenate([[[0, 0, -length / 2]], ring, [[0, 0, length / 2]]])
     body = _grid_faces(rings - 1, cols, wrap_cols=True) + 1
     k = np.arange(cols)
-    bottom = np.stack([np.zeros(cols, int), 1 + k, 1 + (k + 1) % cols], 1)
+    bottom = np.stack([np.zeros(cols, int), 1 + (k + 1) % cols, 1 + k], 1)  # wound as the body's rows
     last, top_vertex = 1 + (rings - 2) * cols, len(vertices) - 1
-    top = np.stack([np.full(cols, top_vertex), last + (k + 1) % cols, last + k], 1)
+    top = np.stack([np.full(cols, top_vertex), last + k, last + (k + 1) % cols], 1)
     return vertices, np.concatenate([bottom, body, top]).astype(np.int32)
 
 
@@ -267,149 +273,6 @@ def knot_tube(n: int = 16, p: int = 2, q: int = 3, tube: float = 0.12):
     ring = np.cos(angle)[None, :, None] * normal[:, None] + np.sin(angle)[None, :, None] * binormal[:, None]
     vertices = (centre[:, None] + tube * ring).reshape(-1, 3)
     return vertices, _grid_faces(8 * n, n, wrap_cols=True, wrap_rows=True)
-
-
-def _rotation(rng):
-    q = rng.normal(size=4)
-    w, x, y, z = q / np.linalg.norm(q)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
-def overlapping_copies(vertices, faces, depth: float = 0.3, seed: int = 0):
-    """Two copies of a closed mesh, the second turned at random and moved so that the two overlap by
-    ``depth`` of their extent along the move (``depth`` 0.05-0.5: shallow to deep): one mesh, two
-    components.
-
-    ```python
-    >>> from tritri_jax import scenes
-    >>> vertices, faces = scenes.overlapping_copies(*scenes.torus(8), depth=0.3, seed=1)
-    >>> vertices.shape, faces.shape
-    ((384, 3), (768, 3))
-
-    ```
-    """
-    rng = np.random.default_rng(seed)
-    centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
-    turned = centred @ _rotation(rng).T
-    direction = rng.normal(size=3)
-    direction /= np.linalg.norm(direction)
-    extent = 0.5 * (np.ptp(centred @ direction) + np.ptp(turned @ direction))
-    moved = turned + (1 - depth) * extent * direction
-    return join_meshes((centred, faces), (moved, faces))
-
-
-def subdivide(vertices, faces, times: int = 1):
-    """Split every triangle into four at its edge midpoints, ``times`` times: the same surface (every
-    new vertex lies on an old edge, so the geometry and its crossings are unchanged) with four times
-    the faces each time. Shared edges get one midpoint, so a closed mesh stays closed.
-
-    ```python
-    >>> from tritri_jax import scenes
-    >>> vertices, faces = scenes.subdivide(*scenes.two_spheres(6), times=2)
-    >>> vertices.shape, faces.shape
-    ((1924, 3), (3840, 3))
-
-    ```
-    """
-    vertices, faces = np.asarray(vertices, np.float64), np.asarray(faces, np.int32)
-    for _ in range(times):
-        edges = np.sort(faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
-        unique, inverse = np.unique(edges, axis=0, return_inverse=True)
-        middle = len(vertices) + inverse.reshape(-1, 3)  # the midpoints of edges (0 1), (1 2), (2 0)
-        vertices = np.concatenate([vertices, 0.5 * (vertices[unique[:, 0]] + vertices[unique[:, 1]])])
-        a, b, c = faces.T
-        ab, bc, ca = middle.T
-        faces = np.concatenate(
-            [np.stack(t, axis=1) for t in ((a, ab, ca), (ab, b, bc), (ca, bc, c), (ab, bc, ca))]
-        ).astype(np.int32)
-    return vertices, faces
-
-
-def bend(vertices, angle: float = 2.5, radius: float = 0.1, start: float = 0.0):
-    """Bend a mesh along ``z`` around an axis parallel to ``y`` through ``(-radius, 0, start)``: the part
-    above ``start`` turns by up to ``angle`` on an arc of ``radius``. A bend tighter than the part's
-    thickness folds the inner side through itself, and past ``pi / 2`` the upper part comes down onto
-    the lower one (a deep fold).
-
-    ```python
-    >>> from tritri_jax import scenes
-    >>> vertices, faces = scenes.capsule(8)
-    >>> vertices = scenes.bend(vertices, angle=2.5, radius=0.1)
-    >>> vertices.shape, faces.shape
-    ((306, 3), (608, 3))
-
-    ```
-    """
-    x, y, z = vertices.T
-    arc = max(angle * radius, 1e-12)
-    s = np.clip(z - start, 0, arc)
-    phi = s / radius if radius > 0 else np.zeros_like(s)
-    beyond = np.maximum(z - start - arc, 0)
-    distance = x + radius  # from the bend axis
-    bx = -radius + distance * np.cos(phi) - beyond * np.sin(phi)
-    bz = start + distance * np.sin(phi) + beyond * np.cos(phi)
-    below = z <= start
-    return np.stack([np.where(below, x, bx), y, np.where(below, z, bz)], -1)
-
-
-def poke(vertices, faces, depth: float = 2.0, width: float = 0.4, seed: int = 0):
-    """Push a smooth bump into a closed mesh at a random vertex, along its inward normal, ``depth`` times
-    the mesh's thickness there, a Gaussian ``width`` times that thickness wide: past a depth of about
-    1.2 the bump passes through the opposite wall.
-
-    ```python
-    >>> from tritri_jax import scenes
-    >>> vertices, faces = scenes.capsule(8)
-    >>> vertices = scenes.poke(vertices, faces, depth=2.0, seed=0)
-    >>> vertices.shape, faces.shape
-    ((306, 3), (608, 3))
-
-    ```
-    """
-    rng = np.random.default_rng(seed)
-    corners = vertices[faces]
-    face_normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-    normals = np.zeros_like(vertices)
-    np.add.at(normals, faces.reshape(-1), np.repeat(face_normals, 3, axis=0))
-    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
-    if np.einsum("ij,ij->", corners[:, 0], face_normals) < 0:  # faces wound inwards: the volume is negative
-        normals = -normals
-    centre = int(rng.integers(len(vertices)))
-    inward = -normals[centre]
-    along = (vertices - vertices[centre]) @ inward
-    across = np.linalg.norm(vertices - vertices[centre] - along[:, None] * inward, axis=1)
-    diagonal = np.linalg.norm(np.ptp(vertices, axis=0))
-    facing = normals @ inward > 0.5  # the opposite wall faces away from the poked point
-    opposite = (across < 0.05 * diagonal) & (along > 1e-9 * diagonal) & facing
-    thickness = along[opposite].min() if opposite.any() else 0.2 * diagonal
-    sigma = width * thickness
-    wall = np.exp(-0.5 * (np.linalg.norm(vertices - vertices[centre], axis=1) / sigma) ** 2)
-    return vertices + (depth * thickness) * wall[:, None] * inward
-
-
-def scatter_copies(vertices, faces, count: int = 4, spread: float = 1.2, seed: int = 0):
-    """``count`` copies of a mesh, each turned at random and placed at random in a box ``spread`` times
-    the mesh's extent, so that several overlap: one mesh with ``count`` components.
-
-    ```python
-    >>> from tritri_jax import scenes
-    >>> vertices, faces = scenes.scatter_copies(*scenes.sphere(6), count=4, seed=0)
-    >>> vertices.shape, faces.shape
-    ((248, 3), (480, 3))
-
-    ```
-    """
-    rng = np.random.default_rng(seed)
-    centred = vertices - 0.5 * (vertices.min(0) + vertices.max(0))
-    extent = np.ptp(centred, axis=0).max()
-    parts = [centred @ _rotation(rng).T + rng.uniform(-0.5, 0.5, 3) * spread * extent for _ in range(count)]
-    return join_meshes(*[(part, faces) for part in parts])
 
 
 def klein_bottle(n: int = 16, hole: float = 0.0, radius: float = 2.0):
@@ -464,7 +327,9 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
     - ``uneven``: two overlapping copies of a torus whose edge lengths span 1000x (slivers, fans);
     - ``poke``: a thin torus (a handle) with a bump pushed through its opposite wall;
     - ``sheet``: a crumpled square sheet with boundaries, or a sheet rolled through itself;
-    - ``components``: 3-6 spheres and capsules scattered so that they overlap.
+    - ``components``: 3-6 spheres and capsules scattered so that they overlap;
+    - ``warp``: a sphere, a torus (a thin handle or a fat ring), a capsule or a flat open sheet (by
+      seed) under a random smooth deformation of space (``warp``: twist, squash, bumps).
 
     Every case intersects itself: a draw whose parts miss each other (a torus copy threaded through
     the other's hole, say) is drawn again from the same generator, so a seed always gives one case.
@@ -491,7 +356,7 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
     raise RuntimeError(f"stress case {family} {target_faces} {seed}: no intersecting draw in 32")
 
 
-STRESS_FAMILIES = ("overlap", "fold", "uneven", "poke", "sheet", "components")
+STRESS_FAMILIES = ("overlap", "fold", "uneven", "poke", "sheet", "components", "warp")
 """The families of ``stress_case``."""
 
 
