@@ -320,7 +320,8 @@ def stress_case(family: str, target_faces: int, seed: int = 0):
     """One stress case: a mesh of the family ``family`` (one of ``STRESS_FAMILIES``) with about
     ``target_faces`` faces, its shape parameters drawn from ``seed``. Returns ``(vertices, faces)``.
     The base surface of some families changes with the seed (``overlap``: ``seed % 3``, ``sheet``:
-    ``seed % 2``, ``components``: ``seed % 4``); cases that share it have the same connectivity.
+    ``seed % 2``, ``components`` and ``warp``: ``seed % 4``); cases that share it have the same
+    connectivity.
 
     - ``overlap``: two copies of a sphere, a torus or a trefoil tube (by seed), overlapping by 5-50 %;
     - ``fold``: a capsule bent by 1.5-3 rad on an arc tighter than its radius (a deep fold);
