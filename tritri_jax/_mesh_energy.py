@@ -194,7 +194,7 @@ def _energy_on_devices(vertices, faces, margin, cell_size, *, measure, capacity,
             part=part,
         )
         energy = pairs_energy(vertices, faces, candidates.pairs, pair_mask(candidates), margin=margin, measure=measure)
-        axis = device_mesh.axis_names[0]
+        axis = sharded_axis(device_mesh)
         return jax.lax.psum(energy, axis), jax.lax.pmax(candidates.overflowed, axis)
 
     return on_each_device(local, device_mesh, (vertices, faces, margin, cell_size), ((), ()))

@@ -94,8 +94,7 @@ def _interval_row(ops, line, c0, c1):
     g_pv = [ops.where(line.order_v, ops.scale(g_hi, -1.0), ops.scale(g_lo, -1.0))]
     g_pv.append(ops.where(line.order_v, ops.scale(g_lo, -1.0), ops.scale(g_hi, -1.0)))
     g_direction = ops.add(ops.scale(ops.sub(a_lo, b_hi), c0), ops.scale(ops.sub(a_hi, b_lo), c1))
-    cross = ops.cross(line.normal_u, line.normal_v)
-    inverse = lax.rsqrt(jnp.maximum(ops.dot(cross, cross), jnp.finfo(c0.dtype).tiny))
+    inverse = lax.rsqrt(jnp.maximum(line.sine_sq, jnp.finfo(c0.dtype).tiny))  # 1 / |n_u x n_v|
     g_cross = ops.scale(ops.sub(g_direction, ops.scale(direction, ops.dot(g_direction, direction))), inverse)
     g_normal_u, g_normal_v = ops.cross(line.normal_v, g_cross), ops.cross(g_cross, line.normal_u)
     # u's end points lie on v's plane (through v0, normal n_v), and v's on u's.
