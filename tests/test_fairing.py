@@ -53,6 +53,24 @@ def test_fairing_keeps_the_run_precision_and_the_best_state():
     assert steps == 0 and np.array_equal(y, x) and np.array_equal(left, remaining)
 
 
+def test_fairing_never_shrinks_a_whole_part():
+    """A region that would take every vertex of a connected part holds no rim: such a step shrinks
+    the part toward a point (no crossing left, no shape either), so fairing stops before it. Two
+    overlapping spheres with a region as wide as the mesh: no step is taken, the state is kept; with
+    a region around one crossing that leaves both rims, steps are taken as usual."""
+    vertices, faces = tt.scenes.two_spheres(6)
+    lo, hi = vertices.min(0), vertices.max(0)
+    x = (vertices - (lo + hi) / 2) / np.linalg.norm(hi - lo)
+    edges = unique_edges(faces)
+    h = float(np.linalg.norm(x[edges[:, 0]] - x[edges[:, 1]], axis=1).mean())
+    remaining = tt.find_intersections(x, faces)
+    y, left, steps = fair_crossings(x, faces, edges, h, 0.5, remaining, 8)  # a radius of the whole diagonal
+    assert steps == 0 and np.array_equal(y, x) and np.array_equal(left, remaining)
+    y, left, steps = fair_crossings(x, faces, edges, h, h / 2, remaining, 1)
+    assert steps == 1 and not np.array_equal(y, x)
+    assert np.all(np.isfinite(y))
+
+
 def test_untangle_finishes_a_stalled_descent_by_fairing_and_says_so():
     """Descent limited to a few steps leaves the crease crossing; with fairing the same budget
     reaches certified zero, and the result counts the fairing steps (the move does the work)."""
