@@ -6,7 +6,7 @@ import pytest
 
 import tritri_jax as tt
 from tritri_jax._elastic import unique_edges
-from tritri_jax._fairing import fair_crossings
+from tritri_jax._fairing import SHRINK_FLOOR, fair_crossings
 
 from .meshes import libigl_pairs
 
@@ -69,6 +69,21 @@ def test_fairing_never_shrinks_a_whole_part():
     y, left, steps = fair_crossings(x, faces, edges, h, h / 2, remaining, 1)
     assert steps == 1 and not np.array_equal(y, x)
     assert np.all(np.isfinite(y))
+
+
+def test_fairing_leaves_no_edge_below_its_floor():
+    """A step that shrinks an edge below ``SHRINK_FLOOR`` of its input length is not taken. The
+    crease with a region of 0.3 of the diagonal: one step removes it, shrinking the worst edge to
+    ~5 % of its length; measured against input edges ten times longer (a floor of 20 % of these),
+    the same step is refused and the state kept."""
+    x, faces, edges, h = _crease(6)
+    lengths = np.linalg.norm(x[edges[:, 0]] - x[edges[:, 1]], axis=1)
+    remaining = tt.find_intersections(x, faces)
+    y, left, steps = fair_crossings(x, faces, edges, h, 0.15, remaining, 8)
+    shortest = np.min(np.linalg.norm(y[edges[:, 0]] - y[edges[:, 1]], axis=1) / lengths)
+    assert steps == 1 and len(left) == 0 and SHRINK_FLOOR < shortest < 10 * SHRINK_FLOOR
+    y, left, steps = fair_crossings(x, faces, edges, h, 0.15, remaining, 8, rest=10 * x)
+    assert steps == 0 and np.array_equal(y, x) and np.array_equal(left, remaining)
 
 
 def test_untangle_finishes_a_stalled_descent_by_fairing_and_says_so():

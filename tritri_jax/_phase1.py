@@ -278,7 +278,14 @@ def run_phase1(problem, settings, progress, floor: Capacities | None = None) -> 
                 break
             if kind == "fair" and settings.fairing_steps:
                 faired, remaining, taken = fair_crossings(
-                    x1, problem.faces, problem.edges_np, problem.h, unit, remaining, settings.fairing_steps
+                    x1,
+                    problem.faces,
+                    problem.edges_np,
+                    problem.h,
+                    unit,
+                    remaining,
+                    settings.fairing_steps,
+                    rest=np.asarray(problem.theta),
                 )
                 x1, fairing = jnp.asarray(faired), fairing + taken
             elif kind != "fair" and moves < settings.global_moves:
